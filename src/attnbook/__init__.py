@@ -1,0 +1,14 @@
+"""attnbook: the working implementations behind the attention book.
+
+Shape letters used in every docstring and comment:
+    B batch, H heads, L queries (query length), S keys/values (key length),
+    E model width, D per-head width (E = H * D).
+
+Masks: a boolean mask is True where a query may attend to a key.
+"""
+
+from .functional import attention, masked_softmax
+from .masks import causal_mask, combine_masks, padding_mask
+
+__all__ = ["attention", "masked_softmax", "causal_mask", "combine_masks", "padding_mask"]
+__version__ = "0.1.0"
