@@ -38,7 +38,7 @@ unit: venv
 	$(PY) -m pytest -q -n 2 tests --ignore=tests/browser
 
 nbval: venv
-	$(NB_ENV) $(PY) -m pytest -q -n 2 --dist loadfile -p no:cacheprovider \
+	$(NB_ENV) PYTHONPATH=tests $(PY) -m pytest -q -n 2 --dist loadfile -p no:cacheprovider -p nbval_glue \
 		--nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env \
 		$(NOTEBOOKS)
 
