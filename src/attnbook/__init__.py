@@ -9,6 +9,9 @@ Masks: a boolean mask is True where a query may attend to a key.
 
 from .functional import attention, masked_softmax
 from .masks import causal_mask, combine_masks, padding_mask
+from .attention import Attention
+from .scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
 
-__all__ = ["attention", "masked_softmax", "causal_mask", "combine_masks", "padding_mask"]
+__all__ = ["attention", "masked_softmax", "causal_mask", "combine_masks", "padding_mask",
+           "Attention", "DotScore", "ScaledDotScore", "BilinearScore", "AdditiveScore"]
 __version__ = "0.1.0"

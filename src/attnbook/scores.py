@@ -6,10 +6,12 @@ then turns each row into attention weights.
     DotScore         q · k                       Luong et al. 2015 ("dot")
     ScaledDotScore   q · k / sqrt(D)             Vaswani et al. 2017
     BilinearScore    q W kᵀ                      Luong et al. 2015 ("general")
-    AdditiveScore    vᵀ tanh(W_q q + W_k k)      Bahdanau et al. 2015 ("concat")
+    AdditiveScore    vᵀ tanh(W [q; k])           Bahdanau et al. 2015; Luong's "concat"
+                     = vᵀ tanh(W_q q + W_k k)
 
 Shapes:
     queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
+    (the dot products need Dq = Dk = D; the learned scores allow Dq != Dk)
 """
 
 from __future__ import annotations
@@ -22,45 +24,62 @@ from torch import Tensor, nn
 __all__ = ["DotScore", "ScaledDotScore", "BilinearScore", "AdditiveScore"]
 
 
+def _shape(t: Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
 def _check(where: str, queries: Tensor, keys: Tensor, same_width: bool,
            query_dim: int | None = None, key_dim: int | None = None) -> None:
-    for name, t in (("queries", queries), ("keys", keys)):
+    """Raise a TypeError/ValueError naming the argument if queries/keys are not a valid pair."""
+    for name, t, letters in (("queries", queries, "B, L, Dq"), ("keys", keys, "B, S, Dk")):
         if not isinstance(t, Tensor):
             raise TypeError(f"{where}: `{name}` must be a tensor; got {type(t).__name__}")
         if t.dim() != 3:
-            raise ValueError(
-                f"{where}: `{name}` must be 3-D ({'B, L, Dq' if name == 'queries' else 'B, S, Dk'}); "
-                f"got shape {tuple(t.shape)}"
-            )
+            raise ValueError(f"{where}: `{name}` must be 3-D ({letters}); got shape {_shape(t)}")
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"{where}: `{name}` must be floating point; got dtype {t.dtype}")
+    if queries.dtype != keys.dtype:
+        raise TypeError(
+            f"{where}: `queries` and `keys` must share one dtype; got {queries.dtype} and {keys.dtype}"
+        )
     if queries.shape[0] != keys.shape[0]:
         raise ValueError(
             f"{where}: `queries` and `keys` must have the same batch size B; got "
-            f"{tuple(queries.shape)} and {tuple(keys.shape)}"
+            f"queries {_shape(queries)} and keys {_shape(keys)}"
         )
     if same_width and queries.shape[-1] != keys.shape[-1]:
         raise ValueError(
-            f"{where}: `queries` and `keys` must have the same width for a dot product; got "
-            f"{tuple(queries.shape)} and {tuple(keys.shape)} (use BilinearScore or AdditiveScore "
-            f"when the widths differ)"
+            f"{where}: `queries` and `keys` must have the same width D for a dot product; got "
+            f"queries {_shape(queries)} and keys {_shape(keys)} (use BilinearScore or "
+            f"AdditiveScore when the widths differ)"
         )
     if query_dim is not None and queries.shape[-1] != query_dim:
         raise ValueError(
-            f"{where}: `queries` must have width query_dim={query_dim}; got shape {tuple(queries.shape)}"
+            f"{where}: `queries` must have width query_dim={query_dim}; got shape {_shape(queries)}"
         )
     if key_dim is not None and keys.shape[-1] != key_dim:
         raise ValueError(
-            f"{where}: `keys` must have width key_dim={key_dim}; got shape {tuple(keys.shape)}"
+            f"{where}: `keys` must have width key_dim={key_dim}; got shape {_shape(keys)}"
         )
 
 
 def _positive_int(where: str, name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{where}: `{name}` must be a positive int; got {value!r}")
+    if value <= 0:
         raise ValueError(f"{where}: `{name}` must be a positive int; got {value!r}")
     return value
 
 
 class DotScore(nn.Module):
-    """The dot product of each query with each key: ``scores[b, i, j] = q_i · k_j``."""
+    """The dot product of each query with each key: ``scores[b, i, j] = q_i · k_j``.
+
+    No parameters. Its scores have variance D for unit-variance inputs, which saturates the
+    softmax as D grows (see :class:`ScaledDotScore`).
+
+    Shapes:
+        queries (B, L, D), keys (B, S, D) -> scores (B, L, S)
+    """
 
     def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
         _check("DotScore", queries, keys, same_width=True)
@@ -68,7 +87,14 @@ class DotScore(nn.Module):
 
 
 class ScaledDotScore(nn.Module):
-    """The dot product divided by sqrt(D), so that scores keep unit variance as D grows."""
+    """The dot product divided by sqrt(D): ``scores[b, i, j] = q_i · k_j / sqrt(D)``.
+
+    For queries and keys with independent unit-variance entries the scores then have unit
+    variance whatever D is. No parameters.
+
+    Shapes:
+        queries (B, L, D), keys (B, S, D) -> scores (B, L, S)
+    """
 
     def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
         _check("ScaledDotScore", queries, keys, same_width=True)
@@ -76,10 +102,17 @@ class ScaledDotScore(nn.Module):
 
 
 class BilinearScore(nn.Module):
-    """A learned bilinear form ``q W kᵀ`` (Luong's "general" score).
+    """A learned bilinear form ``scores[b, i, j] = q_i W k_jᵀ`` (Luong's "general" score).
 
-    ``weight`` has shape (Dq, Dk), so queries and keys may have different widths. With
-    W = I it is the dot product.
+    Args:
+        query_dim: Dq, the width of the queries.
+        key_dim: Dk, the width of the keys; it may differ from Dq.
+
+    The parameter ``weight`` W has shape (Dq, Dk): Dq·Dk parameters. With Dq = Dk and W = I
+    the score is the dot product.
+
+    Shapes:
+        queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
     """
 
     def __init__(self, query_dim: int, key_dim: int) -> None:
@@ -98,16 +131,26 @@ class BilinearScore(nn.Module):
     def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
         _check("BilinearScore", queries, keys, same_width=False,
                query_dim=self.query_dim, key_dim=self.key_dim)
-        return queries @ self.weight @ keys.transpose(1, 2)  # (B, L, Dk) @ (B, Dk, S) -> (B, L, S)
+        projected = queries @ self.weight  # (B, L, Dk): each query mapped into key space
+        return projected @ keys.transpose(1, 2)  # (B, L, S)
 
 
 class AdditiveScore(nn.Module):
-    """Bahdanau's additive ("concat") score ``vᵀ tanh(W [q; k])``.
+    """Bahdanau's additive score, Luong's "concat": ``scores[b, i, j] = vᵀ tanh(W [q_i; k_j] + c)``.
 
-    Splitting W into a query part and a key part, ``W [q; k] = W_q q + W_k k``, so the projected
-    queries (B, L, 1, Dh) and projected keys (B, 1, S, Dh) are added by broadcasting: the
-    (B, L·S, Dq + Dk) tensor of concatenated pairs is never built. :meth:`forward_concat`
-    computes the same scores the literal way, for comparison.
+    Args:
+        query_dim: Dq, the width of the queries.
+        key_dim: Dk, the width of the keys; it may differ from Dq.
+        hidden_dim: Dh, the width of the hidden layer (the rows of W).
+
+    W (Dh, Dq + Dk) splits into a query block and a key block, ``W [q; k] = W_q q + W_k k``, so
+    :meth:`forward` projects the L queries and the S keys once each and adds them by
+    broadcasting, (B, L, 1, Dh) + (B, 1, S, Dh): the (B, L·S, Dq + Dk) tensor of concatenated
+    pairs is never built. :meth:`forward_concat` computes the same scores the literal way.
+    Parameters: ``query_proj`` (W_q, no bias), ``key_proj`` (W_k and the bias c), ``v``.
+
+    Shapes:
+        queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
     """
 
     def __init__(self, query_dim: int, key_dim: int, hidden_dim: int) -> None:
@@ -116,7 +159,7 @@ class AdditiveScore(nn.Module):
         self.key_dim = _positive_int("AdditiveScore", "key_dim", key_dim)
         self.hidden_dim = _positive_int("AdditiveScore", "hidden_dim", hidden_dim)
         self.query_proj = nn.Linear(query_dim, hidden_dim, bias=False)  # W_q
-        self.key_proj = nn.Linear(key_dim, hidden_dim, bias=True)  # W_k (and the bias of W)
+        self.key_proj = nn.Linear(key_dim, hidden_dim, bias=True)  # W_k and the bias c of W
         self.v = nn.Linear(hidden_dim, 1, bias=False)  # vᵀ
 
     def extra_repr(self) -> str:
@@ -127,12 +170,16 @@ class AdditiveScore(nn.Module):
                query_dim=self.query_dim, key_dim=self.key_dim)
         q = self.query_proj(queries).unsqueeze(2)  # (B, L, 1, Dh)
         k = self.key_proj(keys).unsqueeze(1)  # (B, 1, S, Dh)
-        return self.v(torch.tanh(q + k)).squeeze(-1)  # (B, L, S)
+        hidden = (q + k).tanh_()  # (B, L, S, Dh), in place: one pair-sized tensor, not two
+        return self.v(hidden).squeeze(-1)  # (B, L, S)
 
     def forward_concat(self, queries: Tensor, keys: Tensor) -> Tensor:
         """The same scores, built the literal way: concatenate every (query, key) pair.
 
-        Materialises a (B, L·S, Dq + Dk) tensor; kept to show why :meth:`forward` avoids it.
+        Materialises (B, L·S, Dq + Dk) tensors; kept to show why :meth:`forward` avoids them.
+
+        Shapes:
+            queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
         """
         _check("AdditiveScore", queries, keys, same_width=False,
                query_dim=self.query_dim, key_dim=self.key_dim)
