@@ -183,13 +183,16 @@ def attention(
         raise TypeError(f"attention: `scale` must be a finite real number or None; got {scale!r}")
 
     L, S = q.shape[-2], k.shape[-2]
-    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (..., L, S)
+    # fp16/bf16: form the scores and add a floating mask in fp32, as SDPA does; in fp16 a score
+    # plus a mask entry of finfo.min would otherwise overflow to -inf and silently drop keys.
+    compute = torch.float32 if q.dtype in _LOW_PRECISION else q.dtype
+    scores = torch.matmul(q.to(compute), k.to(compute).transpose(-2, -1)) * scale  # (..., L, S)
 
     allowed = None  # bool (..., L, S) or broadcastable, True = may attend
     if mask is not None and mask.dtype == torch.bool:
         allowed = mask
     elif mask is not None:
-        scores = scores + mask
+        scores = scores + mask.to(compute)
         neg_inf = torch.isneginf(mask)
         if neg_inf.any():
             allowed = ~neg_inf
@@ -198,5 +201,5 @@ def attention(
         allowed = causal if allowed is None else allowed & causal
 
     weights = masked_softmax(scores, allowed, dim=-1)  # (..., L, S)
-    output = torch.matmul(weights, v)  # (..., L, Ev)
-    return output, weights
+    output = torch.matmul(weights, v.to(compute))  # (..., L, Ev)
+    return output.to(q.dtype), weights.to(q.dtype)
