@@ -1,15 +1,159 @@
-"""Attention at scale: a key/value cache for incremental decoding (tiled attention lives here too).
+"""Attention at scale: tiled attention with an online softmax, and a key/value cache for
+incremental decoding.
 
 Shapes:
-    B batch, H heads, L new queries, S keys/values seen so far, D per-head width.
+    B batch, H heads, L queries (new queries for the cache), S keys/values (seen so far),
+    E query/key width, D per-head width, Ev value width.
+    tiled_attention: q (..., L, E), k (..., S, E), v (..., S, Ev) -> output (..., L, Ev)
+    KVCache.append: k, v (B, H, L, D) -> keys, values (B, H, S, D)
 """
 
 from __future__ import annotations
 
+import math
+from numbers import Real
+
 import torch
 from torch import Tensor
 
-__all__ = ["KVCache"]
+from .functional import check_attention_inputs
+
+__all__ = ["tiled_attention", "KVCache"]
+
+# tiled_attention takes queries in blocks of QUERY_BLOCK_FACTOR * block_size rows: larger
+# query blocks mean fewer Python-level steps, while each tile stays independent of L and S.
+QUERY_BLOCK_FACTOR = 8
+
+
+def _check_block_size(block_size: object) -> int:
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
+        raise ValueError(
+            f"tiled_attention: `block_size` must be a positive int; got {block_size!r}"
+        )
+    return block_size
+
+
+def _as_2d(mask: Tensor) -> Tensor:
+    """View a mask with fewer than 2 dims as (..., 1, S) or (1, 1), so it can be sliced by blocks."""
+    if mask.dim() >= 2:
+        return mask
+    return mask.reshape((1,) * (2 - mask.dim()) + tuple(mask.shape))  # (1, S) or (1, 1)
+
+
+def _block(mask: Tensor, rows: slice, cols: slice) -> Tensor:
+    """The (rows, cols) block of a mask that broadcasts to (..., L, S); a size-1 dim is kept whole."""
+    r = rows if mask.shape[-2] != 1 else slice(None)
+    c = cols if mask.shape[-1] != 1 else slice(None)
+    return mask[..., r, c]  # (..., Lb or 1, Sb or 1)
+
+
+def tiled_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    block_size: int = 128,
+) -> Tensor:
+    """Scaled dot-product attention computed block by block, never holding the L x S weights.
+
+    The keys are visited in blocks of ``block_size``. For every query the loop keeps a running
+    maximum ``m`` of its scores, a running normaliser ``l = sum exp(score - m)`` and an
+    accumulator ``acc = sum exp(score - m) v``; when a block raises the maximum, ``l`` and ``acc``
+    are rescaled by ``exp(m_old - m_new)`` (the online softmax of Milakov and Gimelshein, as
+    used by FlashAttention). At the end ``output = acc / l``. Queries are processed in blocks
+    of ``QUERY_BLOCK_FACTOR * block_size`` rows, so the largest temporary is a
+    (..., QUERY_BLOCK_FACTOR * block_size, block_size) tile, whatever L and S are. Under
+    ``is_causal`` the key blocks a query block cannot see are skipped.
+
+    Same arguments, masks and result as :func:`attnbook.functional.attention` (without the
+    weights): a bool ``mask`` is True where a query may attend, a floating ``mask`` is added to
+    the scores (``-inf`` blocks the key), ``is_causal`` is aligned to the bottom right, and a
+    query that may attend to no key gets a zero output. fp16/bf16 inputs are computed in fp32
+    and the output is cast back. Autograd works through the loop, but it keeps every tile for
+    the backward pass: the memory saving is for inference.
+
+    Args:
+        q, k, v: query, key and value; any number of leading dims that broadcast.
+        mask: bool (True = may attend) or floating (added to the scores), broadcastable to
+            (..., L, S).
+        is_causal: AND a causal mask aligned to the bottom right (query i sees keys
+            j <= i + S - L).
+        scale: multiplies the scores; defaults to 1/sqrt(E).
+        block_size: keys per block (a positive int).
+
+    Returns:
+        the output (no weights: they are never formed).
+
+    Shapes:
+        q (..., L, E), k (..., S, E), v (..., S, Ev) -> output (..., L, Ev)
+    """
+    scores_shape = check_attention_inputs(q, k, v, mask, where="tiled_attention")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"tiled_attention: `is_causal` must be a bool; got {is_causal!r}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    elif isinstance(scale, bool) or not isinstance(scale, Real) or not math.isfinite(scale):
+        raise TypeError(
+            f"tiled_attention: `scale` must be a finite real number or None; got {scale!r}"
+        )
+    block_size = _check_block_size(block_size)
+
+    out_dtype = q.dtype
+    if out_dtype in (torch.float16, torch.bfloat16):  # accumulate in fp32, as the softmax does
+        q, k, v = q.float(), k.float(), v.float()
+        if mask is not None and mask.dtype.is_floating_point:
+            mask = mask.float()
+    if mask is not None:
+        mask = _as_2d(mask)
+
+    *batch, L, S = scores_shape
+    Ev = v.shape[-1]
+    q = q * scale  # (..., L, E): scaling the queries once is cheaper than scaling every tile
+    kt = k.transpose(-2, -1)  # (..., E, S)
+    q_block = QUERY_BLOCK_FACTOR * block_size
+    output = q.new_zeros((*batch, L, Ev))  # (..., L, Ev)
+    for i0 in range(0, L, q_block):
+        i1 = min(i0 + q_block, L)
+        rows = slice(i0, i1)
+        q_i = q[..., rows, :]  # (..., Lb, E)
+        m = q.new_full((*batch, i1 - i0, 1), -math.inf)  # running max (..., Lb, 1)
+        l = q.new_zeros((*batch, i1 - i0, 1))  # running normaliser (..., Lb, 1)
+        acc = q.new_zeros((*batch, i1 - i0, Ev))  # running weighted sum (..., Lb, Ev)
+        # Under is_causal, query i sees keys j <= i + S - L: the last row of the block sees the most.
+        s_end = min(S, i1 + S - L) if is_causal else S
+        for j0 in range(0, max(s_end, 0), block_size):
+            j1 = min(j0 + block_size, S)
+            cols = slice(j0, j1)
+            scores = torch.matmul(q_i, kt[..., cols])  # (..., Lb, Sb)
+            allowed = None  # bool, broadcastable to (..., Lb, Sb)
+            if mask is not None:
+                mask_ij = _block(mask, rows, cols)
+                if mask_ij.dtype == torch.bool:
+                    allowed = mask_ij
+                else:
+                    scores = scores + mask_ij  # -inf entries are blocked keys
+            if is_causal and j1 - 1 > i0 + S - L:  # part of this block lies in some row's future
+                i_idx = torch.arange(i0, i1, device=q.device).unsqueeze(-1)  # (Lb, 1)
+                j_idx = torch.arange(j0, j1, device=q.device)  # (Sb,)
+                causal = j_idx <= i_idx + (S - L)  # (Lb, Sb)
+                allowed = causal if allowed is None else allowed & causal
+            if allowed is not None:
+                scores = scores.masked_fill(~allowed, -math.inf)
+            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., Lb, 1)
+            # A row that has seen no allowed key yet has m_new = -inf; shift it by 0 instead,
+            # so that exp(-inf - 0) = 0 rather than exp(-inf + inf) = NaN.
+            shift = torch.where(torch.isneginf(m_new), 0.0, m_new)  # (..., Lb, 1)
+            p = torch.exp(scores - shift)  # (..., Lb, Sb), exactly 0 where blocked
+            correction = torch.exp(m - shift)  # (..., Lb, 1), rescales the old sums
+            l = l * correction + p.sum(dim=-1, keepdim=True)
+            acc = acc * correction + torch.matmul(p, v[..., cols, :])  # (..., Lb, Ev)
+            m = m_new
+        # Rows that attended to nothing have l = 0 and acc = 0: their output stays 0.
+        output[..., rows, :] = acc / torch.where(l > 0, l, 1.0)
+    return output.to(out_dtype)
 
 
 class KVCache:

@@ -1,0 +1,235 @@
+"""Tiled attention against the plain path, and the key/value cache."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attnbook.efficient import QUERY_BLOCK_FACTOR, KVCache, tiled_attention
+from attnbook.functional import attention
+from attnbook.masks import causal_mask
+from attnbook.measure import peak_memory_bytes
+
+TOL = {torch.float64: dict(atol=1e-10, rtol=1e-10), torch.float32: dict(atol=1e-5, rtol=1e-5)}
+
+
+def _qkv(batch, L, S, E, Ev, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(*batch, L, E, generator=g, dtype=dtype)
+    k = torch.randn(*batch, S, E, generator=g, dtype=dtype)
+    v = torch.randn(*batch, S, Ev, generator=g, dtype=dtype)
+    return q, k, v, g
+
+
+def _mask(kind, batch, L, S, dtype, g):
+    """None, or a mask of the given kind; the random ones always contain a fully-masked row."""
+    if kind == "none":
+        return None
+    if kind == "keys":  # one row of keys for every query, (S,)
+        keep = torch.rand(S, generator=g) > 0.3
+        keep[0] = True
+        return keep
+    allowed = torch.rand(*batch, L, S, generator=g) > 0.4  # (..., L, S)
+    allowed[..., L // 2, :] = False  # a query that may attend to nothing
+    if kind == "bool":
+        return allowed
+    if kind == "bool_broadcast":  # one mask shared by the batch, (L, S)
+        return allowed.reshape(-1, L, S)[0]
+    if kind == "float_neginf":  # -inf where blocked, and some finite biases
+        bias = torch.randn(*batch, L, S, generator=g, dtype=dtype)
+        return torch.where(allowed, bias, -math.inf)
+    if kind == "float_finite":
+        return torch.randn(*batch, L, S, generator=g, dtype=dtype)
+    raise AssertionError(kind)
+
+
+MASK_KINDS = ["none", "keys", "bool", "bool_broadcast", "float_neginf", "float_finite"]
+
+
+@given(
+    L=st.integers(1, 40),
+    S=st.integers(1, 40),
+    block_size=st.integers(1, 45),
+    kind=st.sampled_from(MASK_KINDS),
+    is_causal=st.booleans(),
+    dtype=st.sampled_from([torch.float64, torch.float32]),
+    batch=st.sampled_from([(), (2,), (2, 3)]),
+    seed=st.integers(0, 2**16),
+)
+def test_tiled_attention_equals_attention(L, S, block_size, kind, is_causal, dtype, batch, seed):
+    q, k, v, g = _qkv(batch, L, S, 5, 3, dtype, seed)
+    mask = _mask(kind, batch, L, S, dtype, g)
+    expected, _ = attention(q, k, v, mask, is_causal=is_causal)
+    got = tiled_attention(q, k, v, mask, is_causal=is_causal, block_size=block_size)
+    assert got.shape == expected.shape and got.dtype == dtype
+    torch.testing.assert_close(got, expected, **TOL[dtype])
+
+
+@pytest.mark.parametrize("L, S", [(3, 11), (11, 3), (130, 70), (1, 300)])
+@pytest.mark.parametrize("block_size", [1, 4, 16, 1000])
+def test_tiled_attention_causal_when_L_differs_from_S(L, S, block_size):
+    """Bottom-right causal alignment; with L > S the first L - S queries see nothing (zeros)."""
+    q, k, v, _ = _qkv((2,), L, S, 4, 6, torch.float64, L * S)
+    got = tiled_attention(q, k, v, is_causal=True, block_size=block_size)
+    expected, _ = attention(q, k, v, causal_mask(L, S))
+    torch.testing.assert_close(got, expected, **TOL[torch.float64])
+    if L > S:
+        assert torch.equal(got[..., : L - S, :], torch.zeros_like(got[..., : L - S, :]))
+
+
+def test_tiled_attention_query_blocks_longer_than_one():
+    """More queries than one query block (QUERY_BLOCK_FACTOR * block_size rows) and a causal mask
+    that skips whole key blocks."""
+    block_size = 3
+    L = 3 * QUERY_BLOCK_FACTOR * block_size + 5
+    q, k, v, g = _qkv((2,), L, L - 7, 4, 4, torch.float64, 1)
+    mask = _mask("bool", (2,), L, L - 7, torch.float64, g)
+    for is_causal in (False, True):
+        got = tiled_attention(q, k, v, mask, is_causal=is_causal, block_size=block_size)
+        expected, _ = attention(q, k, v, mask, is_causal=is_causal)
+        torch.testing.assert_close(got, expected, **TOL[torch.float64])
+
+
+def test_tiled_attention_fully_masked_rows_are_zero_not_nan():
+    q, k, v, _ = _qkv((2,), 6, 9, 4, 4, torch.float32, 0)
+    mask = torch.ones(2, 6, 9, dtype=torch.bool)
+    mask[0, 2] = False
+    mask[1] = False
+    got = tiled_attention(q, k, v, mask, block_size=4)
+    assert not got.isnan().any()
+    assert torch.equal(got[0, 2], torch.zeros(4)) and torch.equal(got[1], torch.zeros(6, 4))
+    float_mask = torch.zeros(2, 6, 9).masked_fill(~mask, -math.inf)
+    torch.testing.assert_close(tiled_attention(q, k, v, float_mask, block_size=4), got)
+
+
+def test_tiled_attention_broadcasts_leading_dims_and_scale():
+    q = torch.randn(2, 3, 7, 4, dtype=torch.float64)  # (B, H, L, E)
+    k = torch.randn(1, 3, 10, 4, dtype=torch.float64)  # shared by the batch
+    v = torch.randn(10, 5, dtype=torch.float64)  # shared by batch and heads
+    got = tiled_attention(q, k, v, scale=0.3, block_size=3)
+    expected, _ = attention(q, k, v, scale=0.3)
+    assert got.shape == (2, 3, 7, 5)
+    torch.testing.assert_close(got, expected, **TOL[torch.float64])
+
+
+def test_tiled_attention_no_keys_gives_zeros():
+    q = torch.randn(2, 4, 3)
+    k, v = torch.randn(2, 0, 3), torch.randn(2, 0, 5)
+    assert torch.equal(tiled_attention(q, k, v), torch.zeros(2, 4, 5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tiled_attention_low_precision_keeps_dtype_and_is_close(dtype):
+    q, k, v, _ = _qkv((2,), 33, 40, 8, 8, torch.float32, 3)
+    got = tiled_attention(q.to(dtype), k.to(dtype), v.to(dtype), is_causal=True, block_size=8)
+    assert got.dtype == dtype
+    expected, _ = attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(got.float(), expected, atol=2e-2, rtol=2e-2)
+
+
+def test_tiled_attention_gradients_equal_attention():
+    q, k, v, g = _qkv((2,), 9, 13, 4, 3, torch.float64, 5)
+    mask = _mask("bool", (2,), 9, 13, torch.float64, g)
+    grads = []
+    for fn in (lambda *a: attention(*a, mask, is_causal=True)[0],
+               lambda *a: tiled_attention(*a, mask, is_causal=True, block_size=4)):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        fn(*leaves).pow(2).sum().backward()
+        assert all(not t.grad.isnan().any() for t in leaves)
+        grads.append([t.grad for t in leaves])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, **TOL[torch.float64])
+
+
+def test_tiled_attention_never_holds_the_score_matrix():
+    """Doubling L = S quadruples the plain path's peak memory (the L x S scores) but not the tiled
+    path's, which holds O(L) rows plus tiles of a fixed size."""
+    peaks = {}
+    for L in (1024, 2048):
+        q, k, v = (torch.randn(1, 1, L, 64) for _ in range(3))
+        with torch.inference_mode():
+            plain = peak_memory_bytes(lambda: attention(q, k, v)[0])
+            tiled = peak_memory_bytes(lambda: tiled_attention(q, k, v, block_size=128))
+        assert plain >= L * L * 4  # at least the fp32 scores
+        peaks[L] = plain, tiled
+    assert peaks[2048][1] < 0.25 * 2048 * 2048 * 4, peaks
+    assert peaks[2048][0] > 3.5 * peaks[1024][0], peaks
+    assert peaks[2048][1] < 2.5 * peaks[1024][1], peaks
+
+
+@pytest.mark.parametrize("block_size", [0, -3, 2.5, True, "128", None])
+def test_tiled_attention_rejects_bad_block_size(block_size, raises_naming):
+    q = torch.randn(2, 3, 4)
+    with raises_naming(ValueError, "`block_size`", repr(block_size)):
+        tiled_attention(q, q, q, block_size=block_size)
+
+
+def test_tiled_attention_rejects_bad_inputs(raises_naming):
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
+    with raises_naming(ValueError, "tiled_attention", "`key`", "`value`"):
+        tiled_attention(q, k, v[:, :4])
+    with raises_naming(ValueError, "tiled_attention", "`mask`", "(2, 3, 4)"):
+        tiled_attention(q, k, v, torch.ones(2, 3, 4, dtype=torch.bool))
+    with raises_naming(TypeError, "tiled_attention", "`mask`", "torch.int64"):
+        tiled_attention(q, k, v, torch.ones(2, 3, 5, dtype=torch.long))
+    with raises_naming(TypeError, "tiled_attention", "`is_causal`", "1"):
+        tiled_attention(q, k, v, is_causal=1)
+    with raises_naming(TypeError, "tiled_attention", "`scale`", "nan"):
+        tiled_attention(q, k, v, scale=float("nan"))
+    with raises_naming(TypeError, "tiled_attention", "`query`", "list"):
+        tiled_attention([1.0], k, v)
+
+
+# --- KVCache -------------------------------------------------------------------------------
+
+
+def test_kv_cache_appends_and_returns_the_prefix():
+    cache = KVCache(2, 3, 10, 4, dtype=torch.float64)
+    k1, v1 = torch.randn(2, 3, 6, 4, dtype=torch.float64), torch.randn(2, 3, 6, 4, dtype=torch.float64)
+    k2, v2 = torch.randn(2, 3, 1, 4, dtype=torch.float64), torch.randn(2, 3, 1, 4, dtype=torch.float64)
+    keys, values = cache.append(k1, v1)
+    assert len(cache) == 6 and torch.equal(keys, k1) and torch.equal(values, v1)
+    keys, values = cache.append(k2, v2)
+    assert len(cache) == 7
+    assert torch.equal(keys, torch.cat([k1, k2], dim=2)) and torch.equal(values, torch.cat([v1, v2], dim=2))
+    assert torch.equal(cache.keys, keys) and torch.equal(cache.values, values)
+    cache.reset()
+    assert len(cache) == 0 and cache.keys.shape == (2, 3, 0, 4)
+
+
+def test_kv_cache_attention_equals_full_causal_attention():
+    """Decoding one token at a time against the cache gives the rows of full causal attention."""
+    L = 7
+    q, k, v = (torch.randn(2, 3, L, 4, dtype=torch.float64) for _ in range(3))
+    full, _ = attention(q, k, v, is_causal=True)
+    cache = KVCache(2, 3, L, 4, dtype=torch.float64)
+    rows = []
+    for t in range(L):
+        keys, values = cache.append(k[:, :, t : t + 1], v[:, :, t : t + 1])
+        rows.append(attention(q[:, :, t : t + 1], keys, values, is_causal=True)[0])
+    torch.testing.assert_close(torch.cat(rows, dim=2), full)
+
+
+def test_kv_cache_errors(raises_naming):
+    cache = KVCache(2, 3, 4, 5)
+    with raises_naming(ValueError, "full", "max_len=4"):
+        cache.append(torch.randn(2, 3, 5, 5), torch.randn(2, 3, 5, 5))
+    cache.append(torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5))
+    with raises_naming(ValueError, "full", "4 of max_len=4"):
+        cache.append(torch.randn(2, 3, 1, 5), torch.randn(2, 3, 1, 5))
+    cache.reset()
+    with raises_naming(ValueError, "`k`", "batch size 1", "batch_size=2"):
+        cache.append(torch.randn(1, 3, 1, 5), torch.randn(1, 3, 1, 5))
+    with raises_naming(ValueError, "`v`", "(2, 3, 1, 6)"):
+        cache.append(torch.randn(2, 3, 1, 5), torch.randn(2, 3, 1, 6))
+    with raises_naming(ValueError, "`k`", "(2, 3, 5)"):
+        cache.append(torch.randn(2, 3, 5), torch.randn(2, 3, 5))
+    with raises_naming(ValueError, "`k`", "`v`", "(2, 3, 2, 5)", "(2, 3, 1, 5)"):
+        cache.append(torch.randn(2, 3, 2, 5), torch.randn(2, 3, 1, 5))
+    for bad in (0, -1, 2.0, True):
+        with raises_naming(ValueError, "`max_len`", repr(bad)):
+            KVCache(2, 3, bad, 5)
