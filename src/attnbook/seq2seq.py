@@ -1,0 +1,357 @@
+"""Encoder-decoder (seq2seq) models with GRUs, with and without attention.
+
+* :class:`Encoder` reads the source and returns one state per source token.
+* :class:`BottleneckDecoder` sees only the encoder's final state: the whole source must fit
+  in one vector (the bottleneck).
+* :class:`AttentionDecoder` looks back at every encoder state at every step, through
+  :func:`attention_step` with any score from :mod:`attnbook.scores`.
+* :class:`Seq2Seq` puts an encoder and a decoder together: ``forward`` for training with
+  teacher forcing, :meth:`Seq2Seq.greedy_decode` for inference.
+* :func:`build_model` makes the models the book compares, by score name.
+
+Shapes:
+    B batch, S source length, T target length, V vocabulary size,
+    E embedding width, Dq decoder state width, Dk encoder state width.
+    src (B, S), src_lengths (B,), tgt_in (B, T)
+    -> logits (B, T, V), weights (B, T, S) (attention models) or None
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from .attention import Attention
+from .data import EOS, PAD, SOS, VOCAB_SIZE
+from .masks import padding_mask
+from .scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
+
+__all__ = [
+    "attention_step",
+    "Encoder",
+    "BottleneckDecoder",
+    "AttentionDecoder",
+    "Seq2Seq",
+    "SCORE_NAMES",
+    "make_score",
+    "build_model",
+]
+
+
+def _shape(t) -> tuple[int, ...] | str:
+    return tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+
+
+def attention_step(
+    decoder_state: Tensor,
+    encoder_states: Tensor,
+    score: nn.Module,
+    source_mask: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """One attention step of a seq2seq decoder.
+
+    The decoder state ``s`` is the query; the encoder states ``h_1 .. h_S`` are both keys and
+    values. Score every encoder state against ``s``, normalise the scores with a softmax over the
+    source positions that are not padding, and return the weighted sum of the encoder states
+    (the context) with the weights.
+
+    Args:
+        decoder_state: the current decoder state ``s``.
+        encoder_states: every encoder state ``h_j``.
+        score: a score module from :mod:`attnbook.scores` (or an
+            :class:`attnbook.attention.Attention` wrapping one).
+        source_mask: bool, True on real source tokens and False on padding
+            (:func:`attnbook.masks.padding_mask`); None when nothing is padded.
+
+    Returns:
+        (context, weights). Padded positions get weight exactly 0.
+
+    Shapes:
+        decoder_state (B, Dq), encoder_states (B, S, Dk), source_mask (B, S)
+        -> context (B, Dk), weights (B, S)
+    """
+    if not isinstance(decoder_state, Tensor) or decoder_state.dim() != 2:
+        raise ValueError(
+            f"attention_step: `decoder_state` must be a 2-D tensor (B, Dq); got {_shape(decoder_state)}"
+        )
+    if not isinstance(encoder_states, Tensor) or encoder_states.dim() != 3:
+        raise ValueError(
+            f"attention_step: `encoder_states` must be a 3-D tensor (B, S, Dk); got {_shape(encoder_states)}"
+        )
+    B, S = encoder_states.shape[:2]
+    if decoder_state.shape[0] != B:
+        raise ValueError(
+            f"attention_step: `decoder_state` {_shape(decoder_state)} and `encoder_states` "
+            f"{_shape(encoder_states)} must have the same batch size B"
+        )
+    if not isinstance(score, nn.Module):
+        raise TypeError(
+            f"attention_step: `score` must be a score module such as attnbook.scores.DotScore(); "
+            f"got {type(score).__name__}"
+        )
+    if source_mask is not None:
+        if not isinstance(source_mask, Tensor) or source_mask.dtype != torch.bool:
+            got = source_mask.dtype if isinstance(source_mask, Tensor) else type(source_mask).__name__
+            raise TypeError(
+                f"attention_step: `source_mask` must be a bool tensor (True = real token); got {got}"
+            )
+        if tuple(source_mask.shape) != (B, S):
+            raise ValueError(
+                f"attention_step: `source_mask` must have shape (B, S) = {(B, S)}; "
+                f"got {_shape(source_mask)}"
+            )
+    attention = score if isinstance(score, Attention) else Attention(score)
+    queries = decoder_state.unsqueeze(1)  # (B, 1, Dq)
+    context, weights = attention(queries, encoder_states, encoder_states, source_mask)  # (B, 1, Dk), (B, 1, S)
+    return context.squeeze(1), weights.squeeze(1)  # (B, Dk), (B, S)
+
+
+def _check_source(where: str, src: Tensor, src_lengths: Tensor) -> None:
+    if not isinstance(src, Tensor) or src.dim() != 2 or src.dtype != torch.long:
+        got = f"{_shape(src)} {src.dtype}" if isinstance(src, Tensor) else type(src).__name__
+        raise ValueError(f"{where}: `src` must be a 2-D long tensor of token ids (B, S); got {got}")
+    if not isinstance(src_lengths, Tensor) or src_lengths.dim() != 1 or src_lengths.dtype != torch.long:
+        got = (f"{_shape(src_lengths)} {src_lengths.dtype}" if isinstance(src_lengths, Tensor)
+               else type(src_lengths).__name__)
+        raise ValueError(f"{where}: `src_lengths` must be a 1-D long tensor (B,); got {got}")
+    B, S = src.shape
+    if src_lengths.shape[0] != B:
+        raise ValueError(
+            f"{where}: `src_lengths` must have one length per sequence, shape (B,) = ({B},); "
+            f"got {_shape(src_lengths)}"
+        )
+    if B and (int(src_lengths.min()) < 1 or int(src_lengths.max()) > S):
+        raise ValueError(
+            f"{where}: `src_lengths` must lie in 1..S = 1..{S}; got {src_lengths.tolist()}"
+        )
+
+
+class Encoder(nn.Module):
+    """Embed the source tokens and run a GRU over them.
+
+    ``forward`` returns every encoder state (zero on padded positions) and the final state,
+    the state after each sequence's last real token. Because the GRU reads left to right, a
+    padded token can change only states at padded positions, and those are zeroed here and
+    masked by the decoder.
+
+    Shapes:
+        src (B, S), src_lengths (B,) -> states (B, S, Dk), final (B, Dk)
+    """
+
+    def __init__(self, vocab_size: int = VOCAB_SIZE, embed_dim: int = 64, hidden_dim: int = 64) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
+        self.rnn = nn.GRU(embed_dim, hidden_dim, batch_first=True)
+        self.hidden_dim = hidden_dim
+
+    def forward(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, Tensor]:
+        _check_source("Encoder", src, src_lengths)
+        states, _ = self.rnn(self.embedding(src))  # (B, S, Dk)
+        real = padding_mask(src_lengths, max_len=src.shape[1])  # (B, S)
+        states = states * real.unsqueeze(-1)  # (B, S, Dk), zero on padding
+        rows = torch.arange(src.shape[0], device=src.device)  # (B,)
+        final = states[rows, src_lengths - 1]  # (B, Dk)
+        return states, final
+
+
+class BottleneckDecoder(nn.Module):
+    """A GRU decoder that starts from the encoder's final state and never sees the encoder again.
+
+    ``step`` and ``forward`` take the encoder states and the source mask only to share one
+    interface with :class:`AttentionDecoder`; they ignore them.
+
+    Shapes:
+        step: token (B,), state (B, Dq) -> logits (B, V), state (B, Dq), None
+        forward: tgt_in (B, T), initial state (B, Dq) -> logits (B, T, V), None
+    """
+
+    uses_attention = False
+
+    def __init__(self, vocab_size: int = VOCAB_SIZE, embed_dim: int = 64, hidden_dim: int = 64) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
+        self.rnn = nn.GRU(embed_dim, hidden_dim, batch_first=True)
+        self.out = nn.Linear(hidden_dim, vocab_size)
+
+    def step(self, token: Tensor, state: Tensor, encoder_states: Tensor | None = None,
+             source_mask: Tensor | None = None) -> tuple[Tensor, Tensor, None]:
+        output, _ = self.rnn(self.embedding(token).unsqueeze(1), state.unsqueeze(0))  # (B, 1, Dq)
+        state = output.squeeze(1)  # (B, Dq)
+        return self.out(state), state, None
+
+    def forward(self, tgt_in: Tensor, initial_state: Tensor, encoder_states: Tensor | None = None,
+                source_mask: Tensor | None = None) -> tuple[Tensor, None]:
+        # Teacher forcing: every input token is known, so one GRU call runs all T steps.
+        outputs, _ = self.rnn(self.embedding(tgt_in), initial_state.unsqueeze(0))  # (B, T, Dq)
+        return self.out(outputs), None  # (B, T, V)
+
+
+class AttentionDecoder(nn.Module):
+    """A GRU decoder that attends over every encoder state at every step.
+
+    One step, from decoder state ``s`` and previous token ``y``:
+
+    1. score every encoder state against ``s``,
+    2. normalise the scores (softmax over real source tokens),
+    3. sum the encoder states with those weights into a context ``c``
+       (steps 1-3 are :func:`attention_step`),
+    4. compute the next state ``s' = GRUCell([embed(y); c], s)``,
+
+    then predict the next token from ``[s'; c]``.
+
+    Args:
+        score: any score module from :mod:`attnbook.scores`, with query width ``hidden_dim``
+            and key width ``encoder_dim``.
+
+    Shapes:
+        step: token (B,), state (B, Dq), encoder_states (B, S, Dk), source_mask (B, S)
+              -> logits (B, V), state (B, Dq), weights (B, S)
+        forward: tgt_in (B, T), ... -> logits (B, T, V), weights (B, T, S)
+    """
+
+    uses_attention = True
+
+    def __init__(self, score: nn.Module, vocab_size: int = VOCAB_SIZE, embed_dim: int = 64,
+                 hidden_dim: int = 64, encoder_dim: int | None = None) -> None:
+        super().__init__()
+        if not isinstance(score, nn.Module):
+            raise TypeError(
+                f"AttentionDecoder: `score` must be a score module such as attnbook.scores.DotScore(); "
+                f"got {type(score).__name__}"
+            )
+        encoder_dim = hidden_dim if encoder_dim is None else encoder_dim
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
+        self.attention = Attention(score)
+        self.cell = nn.GRUCell(embed_dim + encoder_dim, hidden_dim)
+        self.out = nn.Linear(hidden_dim + encoder_dim, vocab_size)
+
+    def step(self, token: Tensor, state: Tensor, encoder_states: Tensor,
+             source_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        context, weights = attention_step(state, encoder_states, self.attention, source_mask)  # (B, Dk), (B, S)
+        state = self.cell(torch.cat([self.embedding(token), context], dim=-1), state)  # (B, Dq)
+        logits = self.out(torch.cat([state, context], dim=-1))  # (B, V)
+        return logits, state, weights
+
+    def forward(self, tgt_in: Tensor, initial_state: Tensor, encoder_states: Tensor,
+                source_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        state = initial_state  # (B, Dq)
+        all_logits, all_weights = [], []
+        for t in range(tgt_in.shape[1]):
+            logits, state, weights = self.step(tgt_in[:, t], state, encoder_states, source_mask)
+            all_logits.append(logits)
+            all_weights.append(weights)
+        return torch.stack(all_logits, dim=1), torch.stack(all_weights, dim=1)  # (B, T, V), (B, T, S)
+
+
+class Seq2Seq(nn.Module):
+    """An encoder and a decoder (bottleneck or attention) as one model.
+
+    Shapes:
+        forward: src (B, S), src_lengths (B,), tgt_in (B, T)
+                 -> logits (B, T, V), weights (B, T, S) or None
+        greedy_decode: src (B, S), src_lengths (B,)
+                 -> tokens (B, T'), weights (B, T', S) or None
+    """
+
+    def __init__(self, encoder: Encoder, decoder: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+
+    @property
+    def uses_attention(self) -> bool:
+        return bool(getattr(self.decoder, "uses_attention", False))
+
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: the decoder reads the true previous token at every step."""
+        _check_source("Seq2Seq", src, src_lengths)
+        if not isinstance(tgt_in, Tensor) or tgt_in.dim() != 2 or tgt_in.dtype != torch.long:
+            raise ValueError(f"Seq2Seq: `tgt_in` must be a 2-D long tensor (B, T); got {_shape(tgt_in)}")
+        if tgt_in.shape[0] != src.shape[0]:
+            raise ValueError(
+                f"Seq2Seq: `tgt_in` {_shape(tgt_in)} and `src` {_shape(src)} must have the same batch size B"
+            )
+        encoder_states, final = self.encoder(src, src_lengths)  # (B, S, Dk), (B, Dk)
+        source_mask = padding_mask(src_lengths, max_len=src.shape[1])  # (B, S)
+        return self.decoder(tgt_in, final, encoder_states, source_mask)
+
+    @torch.no_grad()
+    def greedy_decode(self, src: Tensor, src_lengths: Tensor,
+                      max_len: int | None = None) -> tuple[Tensor, Tensor | None]:
+        """Decode by always taking the most likely next token, starting from SOS.
+
+        Stops after ``max_len`` tokens (default: source length S + 1) or when every sequence
+        has produced EOS; positions after a sequence's EOS hold PAD (and zero weights).
+
+        Returns:
+            (tokens without the SOS, attention weights per step or None)
+        """
+        _check_source("Seq2Seq.greedy_decode", src, src_lengths)
+        if max_len is None:
+            max_len = src.shape[1] + 1
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+            raise ValueError(f"Seq2Seq.greedy_decode: `max_len` must be a positive int; got {max_len!r}")
+        B = src.shape[0]
+        encoder_states, state = self.encoder(src, src_lengths)  # (B, S, Dk), (B, Dq)
+        source_mask = padding_mask(src_lengths, max_len=src.shape[1])  # (B, S)
+        token = torch.full((B,), SOS, dtype=torch.long, device=src.device)  # (B,)
+        finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
+        tokens, all_weights = [], []
+        for _ in range(max_len):
+            logits, state, weights = self.decoder.step(token, state, encoder_states, source_mask)
+            token = logits.argmax(dim=-1).masked_fill(finished, PAD)  # (B,)
+            tokens.append(token)
+            if weights is not None:
+                all_weights.append(weights.masked_fill(finished.unsqueeze(-1), 0.0))  # (B, S)
+            finished = finished | (token == EOS)
+            if bool(finished.all()):
+                break
+        weights_out = torch.stack(all_weights, dim=1) if all_weights else None  # (B, T', S)
+        return torch.stack(tokens, dim=1), weights_out  # (B, T')
+
+
+SCORE_NAMES = ("none", "dot", "scaled_dot", "bilinear", "additive")
+
+_SCORE_MAKERS: dict[str, Callable[[int, int], nn.Module]] = {
+    "dot": lambda q, k: DotScore(),
+    "scaled_dot": lambda q, k: ScaledDotScore(),
+    "bilinear": lambda q, k: BilinearScore(q, k),
+    "additive": lambda q, k: AdditiveScore(q, k, q),
+}
+
+
+def make_score(name: str, query_dim: int = 64, key_dim: int = 64) -> nn.Module:
+    """The score module called ``name`` (``"dot"``, ``"scaled_dot"``, ``"bilinear"``,
+    ``"additive"``; the additive score's hidden width is ``query_dim``)."""
+    if name not in _SCORE_MAKERS:
+        raise ValueError(f"make_score: `name` must be one of {tuple(_SCORE_MAKERS)}; got {name!r}")
+    return _SCORE_MAKERS[name](query_dim, key_dim)
+
+
+def build_model(score: str | nn.Module | None = None, hidden_dim: int = 64,
+                embed_dim: int | None = None, vocab_size: int = VOCAB_SIZE) -> Seq2Seq:
+    """A GRU seq2seq model: no attention (``score`` None or ``"none"``: the bottleneck model) or
+    an attention decoder with the named score (see :data:`SCORE_NAMES`) or a given score module.
+
+    The embedding width defaults to ``hidden_dim``. Seed ``torch`` first for reproducible weights.
+    """
+    for name, value in (("hidden_dim", hidden_dim), ("vocab_size", vocab_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"build_model: `{name}` must be a positive int; got {value!r}")
+    embed_dim = hidden_dim if embed_dim is None else embed_dim
+    encoder = Encoder(vocab_size, embed_dim, hidden_dim)
+    if score is None or score == "none":
+        decoder: nn.Module = BottleneckDecoder(vocab_size, embed_dim, hidden_dim)
+    else:
+        if isinstance(score, str):
+            if score not in SCORE_NAMES:
+                raise ValueError(f"build_model: `score` must be None, a score module or one of "
+                                 f"{SCORE_NAMES}; got {score!r}")
+            score = make_score(score, hidden_dim, hidden_dim)
+        elif not isinstance(score, nn.Module):
+            raise TypeError(f"build_model: `score` must be None, a name or a score module; got "
+                            f"{type(score).__name__}")
+        decoder = AttentionDecoder(score, vocab_size, embed_dim, hidden_dim, hidden_dim)
+    return Seq2Seq(encoder, decoder)

@@ -1,0 +1,266 @@
+"""Training and evaluating the seq2seq models.
+
+:func:`train` runs Adam with teacher forcing and gradient clipping on freshly sampled batches,
+showing a progress bar (``tqdm.auto``: a widget in Jupyter, text elsewhere). :func:`evaluate`
+decodes greedily and measures exact match (the whole output right, EOS included) and token
+accuracy, for each source length.
+
+Everything is deterministic given ``seed`` and the model's initial weights.
+
+Shapes:
+    B batch, S source length, T target length, V vocabulary size.
+    sequence_loss: logits (B, T, V), tgt_out (B, T) -> scalar
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from .data import EOS, PAD, ReversalTask, pad_sequences
+
+__all__ = [
+    "sequence_loss",
+    "TrainResult",
+    "train",
+    "predict",
+    "Evaluation",
+    "evaluate",
+    "accuracy_by_position",
+    "DEFAULT_BUCKETS",
+]
+
+DEFAULT_BUCKETS = ((4, 8), (9, 13), (14, 18), (19, 24))
+
+
+def sequence_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
+    """Mean cross-entropy over the real target tokens (PAD positions are ignored).
+
+    Shapes:
+        logits (B, T, V), tgt_out (B, T) -> scalar
+    """
+    if logits.dim() != 3 or tgt_out.dim() != 2 or logits.shape[:2] != tgt_out.shape:
+        raise ValueError(
+            f"sequence_loss: `logits` (B, T, V) and `tgt_out` (B, T) must agree on (B, T); got "
+            f"{tuple(logits.shape)} and {tuple(tgt_out.shape)}"
+        )
+    return F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)  # (B·T, V) vs (B·T,)
+
+
+@dataclass
+class TrainResult:
+    """What a training run leaves behind: the loss of every step and the wall time."""
+
+    losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def smoothed(self, window: int = 50) -> list[float]:
+        """Running mean of the loss over the last ``window`` steps."""
+        out, total = [], 0.0
+        for i, loss in enumerate(self.losses):
+            total += loss
+            if i >= window:
+                total -= self.losses[i - window]
+            out.append(total / min(i + 1, window))
+        return out
+
+
+def _positive_int(where: str, name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{where}: `{name}` must be a positive int; got {value!r}")
+    return value
+
+
+def train(
+    model: nn.Module,
+    task: ReversalTask | None = None,
+    steps: int = 800,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    clip: float = 1.0,
+    seed: int = 0,
+    progress: bool = True,
+    desc: str | None = None,
+) -> TrainResult:
+    """Train ``model`` in place on ``steps`` fresh batches of ``task`` with teacher forcing.
+
+    Adam with learning rate ``lr``; the gradient norm is clipped to ``clip``. The batches are
+    drawn from a generator seeded with ``seed``, so two runs from the same initial weights give
+    the same weights.
+
+    Shapes:
+        each batch: src (batch_size, S), tgt_in and tgt_out (batch_size, T)
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"train: `model` must be an nn.Module; got {type(model).__name__}")
+    task = ReversalTask() if task is None else task
+    if not isinstance(task, ReversalTask):
+        raise TypeError(f"train: `task` must be a ReversalTask or None; got {type(task).__name__}")
+    _positive_int("train", "steps", steps)
+    _positive_int("train", "batch_size", batch_size)
+    for name, value in (("lr", lr), ("clip", clip)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+            raise ValueError(f"train: `{name}` must be a positive finite number; got {value!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"train: `seed` must be an int; got {seed!r}")
+
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    result = TrainResult()
+    model.train()
+    start = time.perf_counter()
+    bar = tqdm(range(steps), desc=desc or "training", disable=not progress, mininterval=0.5)
+    for step in bar:
+        batch = task.sample_batch(batch_size, generator)
+        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
+        loss = sequence_loss(logits, batch.tgt_out)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        result.losses.append(loss.item())
+        if progress and step % 50 == 0:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    bar.close()
+    result.seconds = time.perf_counter() - start
+    model.eval()
+    return result
+
+
+@torch.no_grad()
+def predict(
+    model: nn.Module, sources: Sequence[Sequence[int]], batch_size: int = 500
+) -> tuple[list[list[int]], list[Tensor | None]]:
+    """Greedy outputs for every source (token ids up to and including the first EOS; an output
+    that never produced EOS runs to the decoding limit), and for attention models each output's
+    weights over its own source (T', n), T' the output length.
+
+    Shapes:
+        sources: N sequences -> N token lists, N weight tensors (T', S_n) or None
+    """
+    _positive_int("predict", "batch_size", batch_size)
+    model.eval()
+    outputs: list[list[int]] = []
+    weights_out: list[Tensor | None] = []
+    for start in range(0, len(sources), batch_size):
+        chunk = sources[start : start + batch_size]
+        src, src_lengths = pad_sequences(chunk)  # (B, S), (B,)
+        tokens, weights = model.greedy_decode(src, src_lengths)  # (B, T'), (B, T', S) or None
+        for row, n in enumerate(src_lengths.tolist()):
+            ids = tokens[row].tolist()
+            steps = ids.index(EOS) + 1 if EOS in ids else len(ids)
+            outputs.append(ids[:steps])
+            weights_out.append(None if weights is None else weights[row, :steps, :n])  # (T', n)
+    return outputs, weights_out
+
+
+@dataclass
+class Evaluation:
+    """Exact-match and token accuracy for each source length.
+
+    ``exact[i]``, ``token[i]`` and ``count[i]`` belong to source length ``lengths[i]``.
+    Token accuracy counts the target positions, EOS included, where the greedy output holds
+    the right token.
+    """
+
+    lengths: list[int]
+    exact: list[float]
+    token: list[float]
+    count: list[int]
+
+    @property
+    def exact_overall(self) -> float:
+        return sum(e * c for e, c in zip(self.exact, self.count)) / sum(self.count)
+
+    def bucketed(self, buckets: Sequence[tuple[int, int]] = DEFAULT_BUCKETS,
+                 metric: str = "exact") -> dict[str, float]:
+        """The mean of ``metric`` ("exact" or "token") over each inclusive range of lengths,
+        weighted by the number of sources of each length; keys like ``"4-8"``."""
+        if metric not in ("exact", "token"):
+            raise ValueError(f"Evaluation.bucketed: `metric` must be 'exact' or 'token'; got {metric!r}")
+        values = getattr(self, metric)
+        out = {}
+        for low, high in buckets:
+            pairs = [(v, c) for n, v, c in zip(self.lengths, values, self.count) if low <= n <= high]
+            if not pairs:
+                raise ValueError(f"Evaluation.bucketed: no source length in the bucket {low}-{high}; "
+                                 f"lengths are {self.lengths[0]}..{self.lengths[-1]}")
+            out[f"{low}-{high}"] = sum(v * c for v, c in pairs) / sum(c for _, c in pairs)
+        return out
+
+    def at(self, length: int, metric: str = "exact") -> float:
+        """``metric`` for one source length."""
+        if length not in self.lengths:
+            raise ValueError(f"Evaluation.at: `length` {length} was not evaluated; have {self.lengths}")
+        return getattr(self, metric)[self.lengths.index(length)]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Evaluation":
+        return cls(**{k: list(data[k]) for k in ("lengths", "exact", "token", "count")})
+
+
+def evaluate(
+    model: nn.Module,
+    sources: Sequence[Sequence[int]],
+    targets: Sequence[Sequence[int]],
+    batch_size: int = 500,
+) -> Evaluation:
+    """Decode every source greedily and score it against its target, per source length."""
+    if len(sources) != len(targets) or len(sources) == 0:
+        raise ValueError(
+            f"evaluate: `sources` and `targets` must be non-empty and equally long; got "
+            f"{len(sources)} and {len(targets)}"
+        )
+    predictions, _ = predict(model, sources, batch_size)
+    per_length: dict[int, list[int]] = {}  # length -> [exact hits, correct tokens, tokens, count]
+    for source, target, output in zip(sources, targets, predictions):
+        wanted = [*target, EOS]
+        correct = sum(1 for a, b in zip(wanted, output) if a == b)
+        stats = per_length.setdefault(len(source), [0, 0, 0, 0])
+        stats[0] += int(output == wanted)
+        stats[1] += correct
+        stats[2] += len(wanted)
+        stats[3] += 1
+    lengths = sorted(per_length)
+    return Evaluation(
+        lengths=lengths,
+        exact=[per_length[n][0] / per_length[n][3] for n in lengths],
+        token=[per_length[n][1] / per_length[n][2] for n in lengths],
+        count=[per_length[n][3] for n in lengths],
+    )
+
+
+def accuracy_by_position(
+    targets: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]]
+) -> list[float]:
+    """For each output position t, the fraction of outputs whose token t equals the target's
+    (EOS excluded; only targets at least t + 1 long count at position t).
+
+    With reversal, position 0 is the last source token read and the final position the first.
+
+    Shapes:
+        N targets, N outputs -> (longest target,)
+    """
+    if len(targets) != len(outputs) or len(targets) == 0:
+        raise ValueError(
+            f"accuracy_by_position: `targets` and `outputs` must be non-empty and equally long; "
+            f"got {len(targets)} and {len(outputs)}"
+        )
+    longest = max(len(t) for t in targets)
+    hits, totals = [0] * longest, [0] * longest
+    for target, output in zip(targets, outputs):
+        for t, wanted in enumerate(target):
+            totals[t] += 1
+            hits[t] += int(t < len(output) and output[t] == wanted)
+    return [h / n for h, n in zip(hits, totals)]
