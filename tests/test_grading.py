@@ -1,0 +1,536 @@
+"""The grader: right answers get full marks, each typical mistake loses marks and is named,
+hostile code (exceptions, endless loops, crashes) cannot break grading."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from attnbook import grading
+from attnbook.grading import Feedback, check
+
+# ----------------------------------------------------------------------------------------------
+# Right answers, written the way a student would
+# ----------------------------------------------------------------------------------------------
+
+
+def good_masked_softmax(scores, mask):
+    filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return torch.softmax(filled, dim=-1).masked_fill(~mask, 0.0)
+
+
+def good_sdpa(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is None:
+        return torch.softmax(scores, dim=-1) @ v
+    return good_masked_softmax(scores, mask.expand(scores.shape)) @ v
+
+
+def good_causal(L, S):
+    return torch.ones(L, S, dtype=torch.bool).tril(S - L)
+
+
+def good_split(x, num_heads):
+    B, L, E = x.shape
+    return x.reshape(B, L, num_heads, E // num_heads).transpose(1, 2)
+
+
+def good_merge(x):
+    B, H, L, D = x.shape
+    return x.transpose(1, 2).reshape(B, L, H * D)
+
+
+def good_mha(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    q, k, v = (good_split(t @ W.T, num_heads) for t, W in ((query, W_q), (key, W_k), (value, W_v)))
+    if mask is not None:
+        mask = mask[:, None]
+    return good_merge(good_sdpa(q, k, v, mask)) @ W_o.T
+
+
+class GoodMHA(nn.Module):
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+
+    def forward(self, query, key, value, mask=None):
+        return good_mha(query, key, value, self.q_proj.weight, self.k_proj.weight, self.v_proj.weight,
+                        self.out_proj.weight, self.num_heads, mask)
+
+
+class ListMHA(GoodMHA):
+    def __init__(self, embed_dim, num_heads):
+        nn.Module.__init__(self)
+        self.num_heads = num_heads
+        self.layers = [nn.Linear(embed_dim, embed_dim, bias=False) for _ in range(4)]
+
+    def forward(self, query, key, value, mask=None):
+        return good_mha(query, key, value, *(m.weight for m in self.layers), self.num_heads, mask)
+
+
+class NoOutMHA(GoodMHA):
+    def __init__(self, embed_dim, num_heads):
+        super().__init__(embed_dim, num_heads)
+        del self.out_proj
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (good_split(p(t), self.num_heads) for p, t in
+                   ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
+        return good_merge(good_sdpa(q, k, v, None if mask is None else mask[:, None]))
+
+
+def good_s2s(decoder_state, encoder_states, source_mask):
+    scores = (encoder_states @ decoder_state[:, :, None])[..., 0]  # (B, S)
+    weights = good_masked_softmax(scores, source_mask)
+    return (weights[:, :, None] * encoder_states).sum(1), weights
+
+
+def good_final_state(outputs, lengths):
+    return outputs[torch.arange(outputs.shape[0]), lengths - 1]
+
+
+def good_masked_mean(outputs, mask):
+    m = mask[:, :, None].to(outputs.dtype)
+    return (outputs * m).sum(1) / m.sum(1).clamp(min=1)
+
+
+def good_padding_mask(lengths, S):
+    return torch.arange(S)[None, :] < lengths[:, None]
+
+
+def good_scaled_scores(q, k):
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+def good_bilinear(queries, weight, keys):
+    return queries @ weight @ keys.transpose(1, 2)
+
+
+def good_additive(queries, keys, W_q, W_k, v):
+    return torch.tanh((queries @ W_q.T)[:, :, None] + (keys @ W_k.T)[:, None]) @ v
+
+
+def good_qkv(x, W_q, W_k, W_v):
+    return x @ W_q.T, x @ W_k.T, x @ W_v.T
+
+
+def good_self_attention(x, W_q, W_k, W_v, mask=None):
+    return good_sdpa(x @ W_q.T, x @ W_k.T, x @ W_v.T, mask)
+
+
+def good_merge_state(a, b):
+    (m1, l1, o1), (m2, l2, o2) = a, b
+    m = torch.maximum(m1, m2)
+    safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    c1, c2 = torch.exp(m1 - safe), torch.exp(m2 - safe)
+    return m, c1 * l1 + c2 * l2, c1[..., None] * o1 + c2[..., None] * o2
+
+
+def good_kv_bytes(B, H, S, D, num_layers, dtype):
+    return 2 * B * H * S * D * num_layers * torch.tensor([], dtype=dtype).element_size()
+
+
+GOOD = {
+    "masked_softmax": good_masked_softmax,
+    "scaled_dot_product_attention": good_sdpa,
+    "weights_shape": lambda B, H, L, S, E, Ev: ((B, H, L, S), (B, H, L, Ev)),
+    "causal_mask": good_causal,
+    "pick_causal_mask": {"square": "AC", "cache": {"C"}},
+    "split_heads": good_split,
+    "merge_heads": good_merge,
+    "multi_head_forward": good_mha,
+    "seq2seq_attention_step": good_s2s,
+    "final_state": good_final_state,
+    "masked_mean": good_masked_mean,
+    "padding_mask": good_padding_mask,
+    "scaled_dot_scores": good_scaled_scores,
+    "score_variance": lambda E: (E, 1),
+    "bilinear_score": good_bilinear,
+    "bilinear_equals_dot": lambda D: torch.eye(D) / math.sqrt(D),
+    "additive_score": good_additive,
+    "additive_concat": lambda W_q, W_k: torch.cat([W_q, W_k], dim=1),
+    "score_parameter_count": lambda Dq, Dk, Dh: {"dot": 0, "scaled_dot": 0, "bilinear": Dq * Dk,
+                                                  "additive": Dh * Dq + Dh * Dk + Dh + Dh},
+    "score_widths": {"bilinear", "additive"},
+    "qkv_projection": good_qkv,
+    "self_attention": good_self_attention,
+    "online_softmax_merge": good_merge_state,
+    "kv_cache_bytes": good_kv_bytes,
+}
+
+
+def test_every_exercise_has_a_right_answer_here():
+    assert set(GOOD) == set(grading.exercise_ids())
+
+
+@pytest.mark.parametrize("exercise_id", sorted(GOOD))
+def test_right_answer_gets_full_marks(exercise_id):
+    feedback = check(exercise_id, GOOD[exercise_id])
+    assert feedback.passed, str(feedback)
+    assert feedback.score == feedback.max_score == len(grading.parts(exercise_id)) >= 1
+    assert feedback.messages == []
+    assert feedback.assert_passed() is feedback
+
+
+def test_module_class_gets_full_marks():
+    feedback = check("multi_head_forward", GoodMHA)
+    assert feedback.passed, str(feedback)
+
+
+@pytest.mark.parametrize("exercise_id", sorted(GOOD))
+def test_hidden_seed_also_passes(exercise_id):
+    assert check(exercise_id, GOOD[exercise_id], seed=1).passed
+
+
+# ----------------------------------------------------------------------------------------------
+# Typical mistakes: each loses marks and is named
+# ----------------------------------------------------------------------------------------------
+
+NEG_INF = float("-inf")
+
+
+def ms_fill(fill, dim=-1, zero=False, polarity=True):
+    def fn(scores, mask):
+        blocked = ~mask if polarity else mask
+        w = torch.softmax(scores.masked_fill(blocked, fill), dim=dim)
+        return w.masked_fill(blocked, 0.0) if zero else w
+    return fn
+
+
+def sdpa_with(scale="sqrt", fill=None, after=False, dim=-1, transpose="ok", polarity=True,
+              return_weights=False):
+    def fn(q, k, v, mask=None):
+        kt = {"ok": k.transpose(-2, -1), "T": k.T, "01": k.transpose(0, 1), "none": k}[transpose]
+        scores = q @ kt
+        E = q.shape[-1]
+        scores = {"sqrt": scores / math.sqrt(E), "none": scores, "d": scores / E}[scale]
+        if mask is not None and not after:
+            blocked = ~mask if polarity else mask
+            if fill is None:
+                w = good_masked_softmax(scores, ~blocked)
+            else:
+                w = torch.softmax(scores.masked_fill(blocked, fill), dim=dim)
+        else:
+            w = torch.softmax(scores, dim=dim)
+            if mask is not None:
+                w = w * mask
+        return (w @ v, w) if return_weights else w @ v
+    return fn
+
+
+def causal_tril(diagonal):
+    return lambda L, S: torch.ones(L, S, dtype=torch.bool).tril(diagonal)
+
+
+def mha_variant(split="ok", out_proj=True, scale="head"):
+    def fn(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+        B, L, E = query.shape
+        D = E // num_heads
+
+        def sp(x):
+            if split == "view":
+                return x.reshape(B, num_heads, x.shape[1], D)
+            return good_split(x, num_heads)
+        q, k, v = sp(query @ W_q.T), sp(key @ W_k.T), sp(value @ W_v.T)
+        scores = q @ k.transpose(-2, -1)
+        scores = scores / math.sqrt(D) if scale == "head" else scores if scale == "none" else scores / math.sqrt(E)
+        if mask is not None:
+            w = good_masked_softmax(scores, mask[:, None].expand(scores.shape))
+        else:
+            w = torch.softmax(scores, -1)
+        o = w @ v
+        o = o.reshape(B, L, E) if split == "view" else good_merge(o)
+        return o @ W_o.T if out_proj else o
+    return fn
+
+
+MISTAKES = [
+    # (exercise, student fn, part or None, a phrase the feedback must contain)
+    ("masked_softmax", ms_fill(-1e9, dim=-2, zero=True), "values", "dimension 1 instead of over the keys"),
+    ("masked_softmax", ms_fill(NEG_INF, dim=0), "values", "dimension 0"),
+    ("masked_softmax", lambda s, m: torch.softmax(s, -1) * m, "values", "mask after the softmax"),
+    ("masked_softmax", lambda s, m: torch.softmax(s, -1).masked_fill(~m, 0), "values", "mask after the softmax"),
+    ("masked_softmax", ms_fill(-1e9, polarity=False), "values", "polarity is inverted"),
+    ("masked_softmax", ms_fill(NEG_INF, polarity=False), "broadcast", "polarity is inverted"),
+    ("masked_softmax", lambda s, m: torch.softmax(s, -1), "values", "ignores the mask"),
+    ("masked_softmax", ms_fill(-1e9, zero=True), "fp16", "does not fit in float16"),
+    ("masked_softmax", ms_fill(NEG_INF), "fully_masked", "come out as NaN"),
+    ("masked_softmax", ms_fill(-1e9), "fully_masked", "uniform weights"),
+    ("masked_softmax", ms_fill(-1e4, zero=True), "large_scores", "not negative enough"),
+    ("masked_softmax", lambda s, m: torch.where(m, s, -1e9).softmax(-1), "fully_masked", "uniform"),
+    ("masked_softmax", lambda s, m: torch.softmax(s.float().masked_fill(~m, NEG_INF), -1).nan_to_num(),
+     "fp16", "dtype torch.float32"),
+    ("scaled_dot_product_attention", sdpa_with(scale="none"), "no_mask", "not scaled"),
+    ("scaled_dot_product_attention", sdpa_with(scale="d"), "no_mask", "divided the scores by E"),
+    ("scaled_dot_product_attention", sdpa_with(dim=-2), "no_mask", "dimension 1"),
+    ("scaled_dot_product_attention", sdpa_with(transpose="T"), "no_mask", "LAST TWO axes"),
+    ("scaled_dot_product_attention", sdpa_with(transpose="01"), "heads", "LAST TWO axes"),
+    ("scaled_dot_product_attention", sdpa_with(after=True), "mask", "mask after the softmax"),
+    ("scaled_dot_product_attention", sdpa_with(polarity=False), "mask", "polarity is inverted"),
+    ("scaled_dot_product_attention", sdpa_with(fill=NEG_INF), "fully_masked", "NaN"),
+    ("scaled_dot_product_attention", sdpa_with(fill=-1e9), "fp16", "does not fit in float16"),
+    ("scaled_dot_product_attention", sdpa_with(fill=-1e9), "fully_masked", "uniform weights"),
+    ("scaled_dot_product_attention", sdpa_with(return_weights=True), "mask", "return only the output"),
+    ("weights_shape", lambda B, H, L, S, E, Ev: ((B, H, S, L), (B, H, L, Ev)), "weights", "rows are queries"),
+    ("weights_shape", lambda B, H, L, S, E, Ev: ((B, L, S), (B, L, Ev)), "weights", "forgot the heads"),
+    ("weights_shape", lambda B, H, L, S, E, Ev: ((B, H, L, S), (B, H, L, E)), "output", "width is Ev"),
+    ("causal_mask", causal_tril(-1), "square", "excludes the diagonal"),
+    ("causal_mask", lambda L, S: torch.ones(L, S, dtype=torch.bool).triu(), "square", "lets the future in"),
+    ("causal_mask", lambda L, S: torch.ones(L, S, dtype=torch.bool).triu(1), "square", "inverted"),
+    ("causal_mask", causal_tril(0), "more_keys", "aligned to the top left"),
+    ("causal_mask", causal_tril(0), "one_query", "aligned to the top left"),
+    ("causal_mask", lambda L, S: torch.ones(L, S).tril(S - L), "square", "bool"),
+    ("pick_causal_mask", {"square": "AC", "cache": "AC"}, "cache", "top left"),
+    ("pick_causal_mask", {"square": "BC", "cache": "C"}, "square", "diagonal"),
+    ("pick_causal_mask", {"square": "C", "cache": "C"}, "square", "same mask"),
+    ("pick_causal_mask", {"square": "ACD", "cache": "C"}, "square", "future"),
+    ("split_heads", lambda x, h: x.view(x.shape[0], h, x.shape[1], -1), "values", "without a transpose"),
+    ("split_heads", lambda x, h: x.view(x.shape[0], x.shape[1], h, -1), "values", "did not move the heads"),
+    ("split_heads", lambda x, h: x.reshape(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2), "values",
+     "every H-th feature"),
+    ("merge_heads", lambda x: x.reshape(x.shape[0], x.shape[2], -1), "values", "without moving the heads"),
+    ("merge_heads", lambda x: x.transpose(1, 2).view(x.shape[0], x.shape[2], -1), "values", "contiguous"),
+    ("merge_heads", lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1), "round_trip",
+     "interleaved"),
+    ("multi_head_forward", mha_variant(out_proj=False), "values", "output projection"),
+    ("multi_head_forward", mha_variant(out_proj=False), "structure", "output projection"),
+    ("multi_head_forward", mha_variant(split="view"), "values", "without a transpose"),
+    ("multi_head_forward", mha_variant(scale="none"), "mask", "not scaled"),
+    ("multi_head_forward", mha_variant(scale="model"), "values", "per-head width"),
+    ("multi_head_forward", ListMHA, "values", "plain Python list"),
+    ("multi_head_forward", ListMHA, "structure", "plain Python list"),
+    ("multi_head_forward", NoOutMHA, "structure", "output projection"),
+    ("multi_head_forward", NoOutMHA, "values", "output projection"),
+    ("seq2seq_attention_step",
+     lambda h, e, m: good_s2s(h / math.sqrt(h.shape[-1]), e, m), "values", "plain dot score"),
+    ("seq2seq_attention_step", lambda h, e, m: good_s2s(h, e, ~m), "padding", "polarity"),
+    ("seq2seq_attention_step", lambda h, e, m: good_s2s(h, e, torch.ones_like(m)), "padding", "ignores the mask"),
+    ("seq2seq_attention_step",
+     lambda h, e, m: (lambda w: ((w[:, :, None] * e).sum(1), w))(
+         torch.softmax((e @ h[:, :, None])[..., 0].masked_fill(~m, NEG_INF), -1)), "empty_source", "NaN"),
+    ("final_state", lambda o, n: o[:, -1], "values", "padding"),
+    ("final_state", lambda o, n: o[torch.arange(o.shape[0]), n], "values", "one past the last"),
+    ("masked_mean", lambda o, m: o.mean(1), "values", "padding included"),
+    ("masked_mean", lambda o, m: (o * m[..., None]).sum(1) / m.sum(1, keepdim=True), "empty", "NaN"),
+    ("padding_mask", lambda n, S: torch.arange(S)[None] >= n[:, None], "values", "False the padding"),
+    ("padding_mask", lambda n, S: torch.arange(S)[None] <= n[:, None], "values", "Off by one"),
+    ("padding_mask", lambda n, S: (torch.arange(S)[None] < n[:, None]).long(), "values", "bool"),
+    ("scaled_dot_scores", lambda q, k: q @ k.transpose(-2, -1), "values", "not scaled"),
+    ("scaled_dot_scores", lambda q, k: q @ k.transpose(-2, -1) / q.shape[-1], "values", "divided the scores by E"),
+    ("scaled_dot_scores", lambda q, k: q @ k.transpose(0, 1) / math.sqrt(q.shape[-1]), "heads", "LAST TWO"),
+    ("scaled_dot_scores", lambda q, k: q @ k.T / math.sqrt(q.shape[-1]), "values", "transpose(-2, -1)"),
+    ("score_variance", lambda E: (math.sqrt(E), 1), "unscaled", "standard deviation"),
+    ("score_variance", lambda E: (E, 1 / math.sqrt(E)), "scaled", "(√E)² = E"),
+    ("bilinear_score", lambda q, w, k: q @ w.T @ k.transpose(1, 2), "square", "transposed weight"),
+    ("bilinear_score", lambda q, w, k: q @ w(k).transpose(1, 2), "values", "nn.Linear"),
+    ("bilinear_equals_dot", lambda D: torch.eye(D), "values", "UNSCALED"),
+    ("bilinear_equals_dot", lambda D: torch.eye(D) / D, "values", "√D"),
+    ("additive_score", lambda q, k, Wq, Wk, v: ((q @ Wq.T)[:, :, None] + (k @ Wk.T)[:, None]) @ v,
+     "values", "left out the tanh"),
+    ("additive_score", lambda q, k, Wq, Wk, v: torch.tanh((q @ Wq)[:, :, None] + (k @ Wk)[:, None]) @ v,
+     "square", "x @ W.T"),
+    ("additive_concat", lambda a, b: torch.cat([b, a], dim=1), "values", "wrong order"),
+    ("additive_concat", lambda a, b: torch.cat([a, b], dim=0), "values", "side by side"),
+    ("score_parameter_count", lambda Dq, Dk, Dh: {"dot": 0, "scaled_dot": 0, "bilinear": Dq * Dk,
+                                                   "additive": Dh * (Dq + Dk) + Dh}, "additive", "forgot"),
+    ("score_parameter_count", lambda Dq, Dk, Dh: {"dot": 0, "scaled_dot": 0, "bilinear": Dq + Dk,
+                                                   "additive": 0}, "bilinear", "Dq·Dk"),
+    ("score_widths", {"dot", "bilinear", "additive"}, "answer", "same width"),
+    ("score_widths", {"additive"}, "answer", "(Dq, Dk)"),
+    ("qkv_projection", lambda x, a, b, c: (x @ a, x @ b, x @ c), "square", "x @ W_q.T"),
+    ("qkv_projection", lambda x, a, b, c: (x @ a, x @ b, x @ c), "shapes", "(out, in)"),
+    ("qkv_projection", lambda x, a, b, c: (x @ b.T, x @ a.T, x @ c.T), "square", "another weight"),
+    ("self_attention", lambda x, a, b, c, mask=None: good_sdpa(x, x, x, mask), "values", "project it"),
+    ("self_attention", lambda x, a, b, c, mask=None: good_sdpa(x @ a.T, x @ b.T, x @ c.T, None), "mask",
+     "ignores the mask"),
+    ("self_attention", lambda x, a, b, c, mask=None: sdpa_with(scale="none")(x @ a.T, x @ b.T, x @ c.T, mask),
+     "values", "not scaled"),
+    ("online_softmax_merge", lambda a, b: (torch.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]), "values",
+     "without rescaling"),
+    ("online_softmax_merge", lambda a, b: (torch.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]), "attention",
+     "without rescaling"),
+    ("online_softmax_merge",
+     lambda a, b: (lambda m: (m, torch.exp(a[0] - m) * a[1] + torch.exp(b[0] - m) * b[1],
+                             torch.exp(a[0] - m)[..., None] * a[2] + torch.exp(b[0] - m)[..., None] * b[2]))(
+         torch.maximum(a[0], b[0])), "empty_block", "NaN"),
+    ("kv_cache_bytes", lambda B, H, S, D, n, dt: 2 * B * H * S * D * n * 4, "values", "float16"),
+    ("kv_cache_bytes", lambda B, H, S, D, n, dt: good_kv_bytes(B, H, S, D, n, dt) // 2, "values", "keys only"),
+    ("kv_cache_bytes", lambda B, H, S, D, n, dt: good_kv_bytes(B, H, S, D, 1, dt), "values", "layers"),
+]
+
+
+@pytest.mark.parametrize("exercise_id, fn, part, phrase", MISTAKES,
+                         ids=[f"{m[0]}-{m[2]}-{i}" for i, m in enumerate(MISTAKES)])
+def test_mistake_loses_marks_and_is_named(exercise_id, fn, part, phrase):
+    whole = check(exercise_id, fn)
+    assert not whole.passed and whole.score < whole.max_score
+    feedback = check(exercise_id, fn, part=part)
+    assert not feedback.passed and feedback.score == 0 and feedback.max_score == 1
+    assert any(phrase.lower() in m.lower() for m in feedback.messages), str(feedback)
+    with pytest.raises(AssertionError) as info:
+        feedback.assert_passed()
+    assert phrase.lower() in str(info.value).lower()
+
+
+def test_a_mistake_in_one_part_keeps_the_other_parts():
+    # -inf fill: right except on fully-masked rows
+    feedback = check("masked_softmax", ms_fill(NEG_INF))
+    assert 0 < feedback.score < feedback.max_score
+    assert check("masked_softmax", ms_fill(NEG_INF), part="values").passed
+
+
+# ----------------------------------------------------------------------------------------------
+# Hostile code cannot break grading
+# ----------------------------------------------------------------------------------------------
+
+def raises_key_error(*args, **kwargs):
+    raise KeyError("oops")
+
+
+def endless(*args, **kwargs):
+    while True:
+        pass
+
+
+def exits(*args, **kwargs):
+    raise SystemExit(3)
+
+
+def hard_exit(*args, **kwargs):
+    os._exit(7)
+
+
+def segfault(*args, **kwargs):
+    import ctypes
+    ctypes.string_at(0)
+
+
+def returns_none(scores, mask):
+    torch.softmax(scores, -1)
+
+
+def not_implemented(*args, **kwargs):
+    raise NotImplementedError()
+
+
+def test_exception_becomes_feedback_naming_it():
+    feedback = check("masked_softmax", raises_key_error)
+    assert feedback.score == 0 and feedback.max_score == len(grading.parts("masked_softmax"))
+    assert all("KeyError" in m and "oops" in m for m in feedback.messages)
+
+
+def test_unanswered_says_so():
+    feedback = check("causal_mask", not_implemented, part="square")
+    assert feedback.score == 0 and "NotImplementedError" in feedback.messages[0]
+
+
+def test_endless_loop_is_stopped_and_reported_too_slow():
+    import time
+    start = time.monotonic()
+    feedback = check("split_heads", endless, part="values", timeout=1.0)
+    assert time.monotonic() - start < 5
+    assert feedback.score == 0 and "Too slow" in feedback.messages[0]
+
+
+@pytest.mark.parametrize("fn, phrase", [(exits, "SystemExit"), (hard_exit, "exited with code 7"),
+                                        (segfault, "signal")])
+def test_exits_and_crashes_are_reported(fn, phrase):
+    feedback = check("merge_heads", fn, part="values")
+    assert feedback.score == 0 and phrase in feedback.messages[0], str(feedback)
+
+
+def test_grader_survives_and_parent_is_untouched():
+    def vandal(scores, mask):
+        torch.softmax = None  # only in the child process
+        import builtins
+        builtins.print = None
+        return scores
+    check("masked_softmax", vandal, part="values")
+    assert callable(torch.softmax)
+    assert check("masked_softmax", good_masked_softmax, part="values").passed
+
+
+def test_wrong_return_types_are_reported():
+    feedback = check("masked_softmax", returns_none, part="values")
+    assert "returned None" in feedback.messages[0] and "return" in feedback.messages[0]
+    feedback = check("masked_softmax", lambda s, m: s.numpy(), part="values")
+    assert "numpy.ndarray" in feedback.messages[0]
+    feedback = check("split_heads", lambda x, h: x, part="values")
+    assert "shape (2, 5, 12)" in feedback.messages[0] and "(2, 3, 5, 4)" in feedback.messages[0]
+    feedback = check("masked_softmax", lambda s, m: good_masked_softmax(s, m).double(), part="values")
+    assert "dtype torch.float64" in feedback.messages[0]
+
+
+def test_not_callable_and_garbage_answers():
+    assert "Expected a function" in check("merge_heads", 42).messages[0]
+    assert "dict" in check("pick_causal_mask", "C").messages[0]
+    assert "letters" in check("pick_causal_mask", {"square": "Z", "cache": 3}).messages[0]
+    assert "letters" in check("pick_causal_mask", {"square": "", "cache": None}).messages[1]
+    assert check("score_widths", 7).score == 0
+
+
+def test_generic_message_when_no_typical_mistake_matches():
+    feedback = check("merge_heads", lambda x: good_merge(x) + 1, part="values")
+    assert "largest difference" in feedback.messages[0]
+
+
+def test_print_in_student_code_does_not_leak(capsys):
+    def chatty(x, h):
+        print("hello from the student")
+        return good_split(x, h)
+    assert check("split_heads", chatty).passed
+    assert "hello" not in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------------------
+# The Feedback object and the argument checks
+# ----------------------------------------------------------------------------------------------
+
+def test_feedback_str_and_fields():
+    fb = Feedback("x", 1, 2, ["first", "second"], part=None)
+    assert not fb.passed
+    assert str(fb).splitlines() == ["x: not yet, 1/2", "  - first", "  - second"]
+    assert Feedback("x", 2, 2).passed and "passed, 2/2" in str(Feedback("x", 2, 2))
+    assert "part 'p'" in str(Feedback("x", 0, 1, ["m"], part="p"))
+    with pytest.raises(AssertionError, match="second"):
+        fb.assert_passed()
+
+
+def test_bad_arguments_raise_clear_errors():
+    with pytest.raises(ValueError, match="exercise_id.*'nope'"):
+        check("nope", good_split)
+    with pytest.raises(ValueError, match="`part` 'nope'"):
+        check("split_heads", good_split, part="nope")
+    with pytest.raises(ValueError, match="`timeout`"):
+        check("split_heads", good_split, timeout=0)
+    with pytest.raises(TypeError, match="`seed`"):
+        check("split_heads", good_split, seed="1")
+
+
+def test_describe_and_parts():
+    for exercise_id in grading.exercise_ids():
+        text = grading.describe(exercise_id)
+        assert exercise_id in text and "parts:" in text
+        assert len(grading.parts(exercise_id)) >= 1
+    assert grading.parts("masked_softmax") == ["values", "fully_masked", "broadcast", "fp16", "large_scores"]
+
+
+def test_causal_mask_choices_right_answers():
+    from attnbook.masks import causal_mask
+    for (L, S), right in (((4, 4), ["A", "C"]), ((2, 5), ["C"])):
+        choices = grading.causal_mask_choices(L, S)
+        assert [c for c, m in choices.items() if torch.equal(m, causal_mask(L, S))] == right
+
+
+def test_threaded_fallback_reports_timeout_and_result():
+    status, value = grading._run_threaded(lambda: [], 1.0)
+    assert (status, value) == ("ok", [])
+    status, _ = grading._run_threaded(lambda: __import__("time").sleep(3), 0.2)
+    assert status == "timeout"
