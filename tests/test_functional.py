@@ -239,21 +239,53 @@ def test_low_precision_close_to_fp64(dtype, mask_kind):
     assert not out.isnan().any() and not weights.isnan().any()
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_low_precision_float_mask_of_finfo_min(dtype):
-    """A float mask that uses finfo(dtype).min for "blocked" (a common convention) must not
-    overflow: in fp16, score + finfo.min is below the smallest finite fp16 number, so adding in
-    fp16 turns blocked *and* allowed keys into -inf (a silent wrong answer). SDPA adds in fp32."""
-    q, k, v = (t.to(dtype) for t in qkv((1,), (1,), (1,), 3, 5, 4, 6))
-    q, k = q * 8, k * 8  # scores of size ~ +-30: big enough for score + finfo.min to overflow
+def test_fp16_float_mask_of_finfo_min_does_not_overflow():
+    """A float mask that uses finfo(fp16).min (-65504) for "blocked" is a common convention. In
+    fp16, score + finfo.min is below -65504 for any score < -16 and overflows to -inf: a row
+    blocked everywhere then comes out NaN, and a row of mixed scores loses the differences
+    between its keys. SDPA adds the mask in fp32; so must we."""
+    dtype = torch.float16
     lowest = torch.finfo(dtype).min
-    mask = torch.zeros(3, 5, dtype=dtype)
-    mask[1] = lowest  # every key "blocked" by a finite number: softmax is unchanged by the shift
-    mask[2, :3] = lowest
-    out, _ = attention(q, k, v, mask)
-    ref = sdpa(q.to(F64), k.to(F64), v.to(F64), mask.to(F64))
+    k = torch.tensor([[-20.0, -20.0], [-18.0, -25.0], [0.5, -30.0], [1.0, -17.0], [-30.0, -40.0]])
+    q = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])  # rows 0-2 score with
+    v = torch.randn(5, 3)  # k[:, 0], row 3 with k[:, 1] (every score < -16)
+    mask = torch.zeros(4, 5)
+    mask[1] = lowest  # every key blocked: the shift changes nothing, softmax of the scores
+    mask[2, [0, 1, 4]] = lowest  # the usual case: some keys blocked
+    mask[3] = lowest
+    q, k, v, mask = (t.to(dtype) for t in (q, k, v, mask))
+    out, weights = attention(q, k, v, mask, scale=1.0)
+    assert not out.isnan().any() and not weights.isnan().any()
+    ref = sdpa(q.to(F64), k.to(F64), v.to(F64), mask.to(F64), scale=1.0)
     assert_close(out.to(F64), ref, **TOLERANCE[dtype])
-    assert_close(out, sdpa(q, k, v, mask), **TOLERANCE[dtype])
+    assert_close(out, sdpa(q, k, v, mask, scale=1.0), **TOLERANCE[dtype])
+    e = math.exp(0.5)
+    assert_close(weights[1, 2:4].to(F64), torch.tensor([e / (e + math.e), math.e / (e + math.e)], dtype=F64),
+                 rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_large_scores_do_not_overflow(dtype):
+    """q·k = 180000 does not fit in fp16 (max 65504): the scores are formed in fp32, as SDPA does."""
+    q = torch.tensor([[300.0, 300.0]], dtype=dtype)
+    k = torch.tensor([[300.0, 300.0], [-300.0, 300.0]], dtype=dtype)
+    v = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=dtype)
+    out, weights = attention(q, k, v)
+    assert torch.equal(weights, torch.tensor([[1.0, 0.0]], dtype=dtype))
+    assert torch.equal(out, v[:1])
+    assert_close(out, sdpa(q, k, v))
+
+
+def test_package_exports_the_function_attention():
+    """`attnbook.attention` is the function, even though a submodule has the same name."""
+    import attnbook
+    import attnbook.attention  # noqa: F401  (importing the submodule again must not rebind it)
+    import attnbook.functional
+
+    assert attnbook.attention is attnbook.functional.attention
+    from attnbook import attention as exported
+
+    assert callable(exported) and exported is attention
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -7,9 +7,11 @@ Shape letters used in every docstring and comment:
 Masks: a boolean mask is True where a query may attend to a key.
 """
 
+# Import the submodule `attention` before the function `attention`: importing a submodule binds
+# its name on the package, which would otherwise hide the function (`from attnbook import attention`).
+from .attention import Attention
 from .functional import attention, masked_softmax
 from .masks import causal_mask, combine_masks, padding_mask
-from .attention import Attention
 from .scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
 
 __all__ = ["attention", "masked_softmax", "causal_mask", "combine_masks", "padding_mask",
