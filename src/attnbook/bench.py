@@ -1,0 +1,377 @@
+"""Benchmarks of the book's attention code against PyTorch's, all measured in one run.
+
+Run ``python -m attnbook.bench`` (``make bench``) for the full run, or ``--smoke`` for tiny
+sizes that finish in seconds. It prints a markdown table of ratios against their targets and
+writes every measured figure to ``_build/bench/results.json``.
+
+What is measured (fp32, CPU, ``--threads`` threads, default 2):
+
+* ``MultiHeadAttention`` (math backend, ``need_weights=True``) against
+  ``nn.MultiheadAttention(need_weights=True)``, the sdpa backend against
+  ``nn.MultiheadAttention(need_weights=False)`` and against raw
+  ``F.scaled_dot_product_attention`` with the same projections; forward (``eval()``, no grad)
+  and forward + backward (``train()``); at B=8, L=S=1024, E=768, H=12 and at B=1, L=S=256,
+  E=256, H=4. The modules share one set of weights.
+* GFLOP/s of the readable attention (:func:`attnbook.functional.attention`) at L=S=2048,
+  counting 4·B·H·L·S·D floating-point operations, against a large fp32 matmul.
+* Tiled against plain attention and SDPA: time and peak tensor memory for L=S up to 16384, D=64.
+* Greedy decoding of 256 tokens by the tiny causal model with a key/value cache against
+  recomputing the whole prefix for every token.
+
+Times are medians over ``--repeats`` calls after a warm-up call. Competing functions are called
+in turn within each repeat, so a burst of load from another process slows all of them alike.
+
+Shapes:
+    B batch, H heads, L queries, S keys/values, E model width, D = E / H per-head width.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .efficient import tiled_attention
+from .functional import attention
+from .measure import peak_memory_bytes
+
+__all__ = ["main", "run", "format_table", "interleaved_medians", "TARGETS"]
+
+DEFAULT_OUT = Path("_build") / "bench" / "results.json"
+
+# name -> (comparison, bound, description). A ratio passes when `ratio <= bound` ("max") or
+# `ratio >= bound` ("min").
+TARGETS: dict[str, tuple[str, float, str]] = {
+    "math_vs_torch_weights": ("max", 1.0, "math path / nn.MultiheadAttention(need_weights=True), time"),
+    "sdpa_vs_torch_no_weights": ("max", 1.03, "sdpa path / nn.MultiheadAttention(need_weights=False), time"),
+    "sdpa_vs_raw_sdpa": ("max", None, "sdpa path / raw F.scaled_dot_product_attention + projections, time"),
+    "attention_fraction_of_matmul": ("min", 0.5, "attention GFLOP/s / fp32 matmul GFLOP/s"),
+    "tiled_memory_vs_plain": ("max", 0.05, "tiled / plain attention, peak memory at the largest L=S"),
+    "tiled_time_vs_sdpa": ("max", 3.0, "tiled attention / SDPA, time at the largest L=S"),
+    "kv_cache_speedup": ("min", 5.0, "decoding without cache / with cache, time"),
+}
+
+
+@dataclass
+class Sizes:
+    """The sizes of one run (full or smoke)."""
+
+    mha_configs: Sequence[tuple[int, int, int, int]]  # (B, L=S, E, H)
+    flops_length: int  # L = S for the GFLOP/s measurement
+    flops_heads: tuple[int, int, int]  # (B, H, D)
+    matmul_size: int  # n for an (n, n) @ (n, n) product
+    tiled_lengths: Sequence[int]  # L = S values, D = 64
+    tiled_block_size: int
+    decode_tokens: int
+    decode_prompt: int
+    repeats: int
+    repeats_long: int  # for the slowest measurements (the largest tiled lengths, decoding)
+    model: dict = field(default_factory=dict)  # TinyTransformer keyword arguments
+
+
+FULL = Sizes(
+    mha_configs=[(8, 1024, 768, 12), (1, 256, 256, 4)],
+    flops_length=2048,
+    flops_heads=(1, 12, 64),
+    matmul_size=2048,
+    tiled_lengths=[1024, 2048, 4096, 8192, 16384],
+    tiled_block_size=128,
+    decode_tokens=256,
+    decode_prompt=16,
+    repeats=7,
+    repeats_long=3,
+    model=dict(vocab_size=64, embed_dim=128, num_heads=4, num_layers=2, max_len=512),
+)
+
+SMOKE = Sizes(
+    mha_configs=[(2, 64, 64, 4), (1, 32, 32, 2)],
+    flops_length=128,
+    flops_heads=(1, 2, 16),
+    matmul_size=128,
+    tiled_lengths=[64, 256],
+    tiled_block_size=32,
+    decode_tokens=8,
+    decode_prompt=4,
+    repeats=2,
+    repeats_long=2,
+    model=dict(vocab_size=16, embed_dim=32, num_heads=2, num_layers=1, max_len=32),
+)
+
+
+# ----------------------------------------------------------------------------- timing helpers
+def interleaved_medians(
+    fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 1
+) -> dict[str, float]:
+    """Median wall time in seconds of each function, calling them in turn within every repeat.
+
+    ``warmup`` rounds run first untimed. Calling the competitors alternately, rather than one
+    after the other, means a slow patch of the machine hits all of them, which keeps their
+    ratios honest on a shared machine.
+    """
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"interleaved_medians: `repeats` must be an int >= 1; got {repeats!r}")
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+# ----------------------------------------------------------------------------- multi-head attention
+def _raw_sdpa_forward(mha: nn.MultiheadAttention, x: torch.Tensor) -> torch.Tensor:
+    """Self-attention with the module's weights: one packed projection, SDPA, output projection.
+
+    Shapes:
+        x (B, L, E) -> (B, L, E)
+    """
+    B, L, E = x.shape
+    H = mha.num_heads
+    qkv = F.linear(x, mha.in_proj_weight, mha.in_proj_bias)  # (B, L, 3E)
+    qkv = qkv.view(B, L, 3, H, E // H).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)
+    out = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2])  # (B, H, L, D)
+    out = out.transpose(1, 2).reshape(B, L, E)  # (B, L, E)
+    return mha.out_proj(out)
+
+
+def bench_multihead(sizes: Sizes) -> list[dict]:
+    """Time the book's MultiHeadAttention against nn.MultiheadAttention and raw SDPA."""
+    from .multihead import MultiHeadAttention
+
+    rows = []
+    for B, L, E, H in sizes.mha_configs:
+        torch.manual_seed(0)
+        reference = nn.MultiheadAttention(E, H, batch_first=True)
+        math_mha = MultiHeadAttention.from_torch(reference, backend="math")
+        sdpa_mha = MultiHeadAttention.from_torch(reference, backend="sdpa")
+        x = torch.randn(B, L, E)  # (B, L, E): self-attention, query = key = value
+
+        fns = {
+            "torch_weights": lambda: reference(x, x, x, need_weights=True)[0],
+            "math": lambda: math_mha(x, x, x, need_weights=True)[0],
+            "torch_no_weights": lambda: reference(x, x, x, need_weights=False)[0],
+            "sdpa": lambda: sdpa_mha(x, x, x, need_weights=False)[0],
+            "raw_sdpa": lambda: _raw_sdpa_forward(reference, x),
+        }
+        modules = {"torch_weights": reference, "math": math_mha, "torch_no_weights": reference,
+                   "sdpa": sdpa_mha, "raw_sdpa": reference}
+        for mode in ("forward", "forward+backward"):
+            for module in (reference, math_mha, sdpa_mha):
+                module.train(mode != "forward")
+            if mode == "forward":
+                timed = {name: _no_grad(fn) for name, fn in fns.items()}
+            else:
+                timed = {name: _with_backward(fn, modules[name]) for name, fn in fns.items()}
+            medians = interleaved_medians(timed, repeats=sizes.repeats)
+            rows.append({"B": B, "L": L, "S": L, "E": E, "H": H, "mode": mode, "seconds": medians})
+    return rows
+
+
+def _no_grad(fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+    def run() -> torch.Tensor:
+        with torch.no_grad():
+            return fn()
+
+    return run
+
+
+def _with_backward(fn: Callable[[], torch.Tensor], module: nn.Module) -> Callable[[], None]:
+    def run() -> None:
+        module.zero_grad(set_to_none=True)
+        fn().sum().backward()
+
+    return run
+
+
+# ----------------------------------------------------------------------------- GFLOP/s
+def bench_flops(sizes: Sizes) -> dict:
+    """GFLOP/s of the readable attention against a large fp32 matmul, measured alternately."""
+    B, H, D = sizes.flops_heads
+    L = S = sizes.flops_length
+    n = sizes.matmul_size
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, H, L, D) for _ in range(3))  # (B, H, L, D)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    with torch.inference_mode():
+        medians = interleaved_medians(
+            {"attention": lambda: attention(q, k, v), "matmul": lambda: a @ b},
+            repeats=sizes.repeats,
+        )
+    attention_flops = 4 * B * H * L * S * D  # q kᵀ and weights v, 2 flops per multiply-add
+    matmul_flops = 2 * n**3
+    return {
+        "B": B, "H": H, "L": L, "S": S, "D": D, "matmul_n": n, "seconds": medians,
+        "attention_gflops": attention_flops / medians["attention"] / 1e9,
+        "matmul_gflops": matmul_flops / medians["matmul"] / 1e9,
+    }
+
+
+# ----------------------------------------------------------------------------- tiled attention
+def bench_tiled(sizes: Sizes) -> list[dict]:
+    """Time and peak memory of plain, tiled and fused (SDPA) attention as L = S grows, D = 64."""
+    rows = []
+    for L in sizes.tiled_lengths:
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(1, 1, L, 64) for _ in range(3))  # (B, H, L, D)
+        fns = {
+            "plain": lambda: attention(q, k, v)[0],
+            "tiled": lambda: tiled_attention(q, k, v, block_size=sizes.tiled_block_size),
+            "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
+        }
+        repeats = sizes.repeats if L <= 4096 else sizes.repeats_long
+        with torch.inference_mode():
+            memory = {name: peak_memory_bytes(fn) for name, fn in fns.items()}
+            medians = interleaved_medians(fns, repeats=repeats)
+        rows.append({"L": L, "S": L, "D": 64, "block_size": sizes.tiled_block_size,
+                     "seconds": medians, "peak_bytes": memory})
+    return rows
+
+
+# ----------------------------------------------------------------------------- KV cache
+def bench_kv_cache(sizes: Sizes) -> dict:
+    """Greedy decoding with and without the key/value cache, and whether the tokens agree."""
+    from .transformer import TinyTransformer
+
+    torch.manual_seed(0)
+    model = TinyTransformer(**sizes.model).eval()
+    prompt = torch.randint(0, sizes.model["vocab_size"], (1, sizes.decode_prompt))  # (B, L)
+    n = sizes.decode_tokens
+    with torch.inference_mode():
+        cached = model.generate(prompt, n, use_cache=True)
+        recomputed = model.generate(prompt, n, use_cache=False)
+        medians = interleaved_medians(
+            {"cache": lambda: model.generate(prompt, n, use_cache=True),
+             "recompute": lambda: model.generate(prompt, n, use_cache=False)},
+            repeats=sizes.repeats_long,
+        )
+    return {"tokens": n, "prompt": sizes.decode_prompt, "model": sizes.model, "seconds": medians,
+            "same_tokens": bool(torch.equal(_tokens(cached), _tokens(recomputed)))}
+
+
+def _tokens(result) -> torch.Tensor:
+    return result[0] if isinstance(result, tuple) else result
+
+
+# ----------------------------------------------------------------------------- run and report
+def _ratios(results: dict) -> dict[str, float]:
+    ratios: dict[str, float] = {}
+    for row in results["multihead"]:
+        t = row["seconds"]
+        tag = f"B={row['B']} L={row['L']} E={row['E']} H={row['H']} {row['mode']}"
+        ratios[f"math_vs_torch_weights[{tag}]"] = t["math"] / t["torch_weights"]
+        ratios[f"sdpa_vs_torch_no_weights[{tag}]"] = t["sdpa"] / t["torch_no_weights"]
+        ratios[f"sdpa_vs_raw_sdpa[{tag}]"] = t["sdpa"] / t["raw_sdpa"]
+    fl = results["flops"]
+    ratios[f"attention_fraction_of_matmul[L=S={fl['L']}]"] = fl["attention_gflops"] / fl["matmul_gflops"]
+    big = results["tiled"][-1]
+    tag = f"L=S={big['L']}"
+    ratios[f"tiled_memory_vs_plain[{tag}]"] = big["peak_bytes"]["tiled"] / big["peak_bytes"]["plain"]
+    ratios[f"tiled_time_vs_sdpa[{tag}]"] = big["seconds"]["tiled"] / big["seconds"]["sdpa"]
+    kv = results["kv_cache"]
+    ratios[f"kv_cache_speedup[{kv['tokens']} tokens]"] = kv["seconds"]["recompute"] / kv["seconds"]["cache"]
+    return ratios
+
+
+def _verdict(key: str, value: float) -> tuple[str, str]:
+    """(the target as text, "yes"/"no"/"-") for a ratio key such as 'name[config]'."""
+    kind, bound, _ = TARGETS[key.split("[", 1)[0]]
+    if bound is None:
+        return "-", "-"
+    ok = value <= bound if kind == "max" else value >= bound
+    return (f"<= {bound:g}" if kind == "max" else f">= {bound:g}"), ("yes" if ok else "no")
+
+
+def format_table(results: dict) -> str:
+    """The markdown tables: ratios against targets, then the raw times and memory."""
+    lines = ["| measure | configuration | ratio | target | met |", "|---|---|---:|---|---|"]
+    for key, value in results["ratios"].items():
+        name, config = key[:-1].split("[", 1)
+        target, ok = _verdict(key, value)
+        lines.append(f"| {TARGETS[name][2]} | {config} | {value:.3f} | {target} | {ok} |")
+    lines += ["", "| multi-head (ms) | torch w | math w | torch no-w | sdpa | raw sdpa |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for row in results["multihead"]:
+        t = row["seconds"]
+        lines.append(
+            f"| B={row['B']} L=S={row['L']} E={row['E']} H={row['H']} {row['mode']} | "
+            + " | ".join(f"{1e3 * t[n]:.2f}" for n in
+                         ("torch_weights", "math", "torch_no_weights", "sdpa", "raw_sdpa"))
+            + " |"
+        )
+    fl = results["flops"]
+    lines += ["", f"attention at B={fl['B']} H={fl['H']} L=S={fl['L']} D={fl['D']}: "
+              f"{fl['attention_gflops']:.1f} GFLOP/s; fp32 matmul n={fl['matmul_n']}: "
+              f"{fl['matmul_gflops']:.1f} GFLOP/s"]
+    lines += ["", "| L=S (D=64) | plain ms | tiled ms | sdpa ms | plain MiB | tiled MiB | sdpa MiB |",
+              "|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in results["tiled"]:
+        t, m = row["seconds"], row["peak_bytes"]
+        lines.append(
+            f"| {row['L']} | " + " | ".join(f"{1e3 * t[n]:.1f}" for n in ("plain", "tiled", "sdpa"))
+            + " | " + " | ".join(f"{m[n] / 2**20:.2f}" for n in ("plain", "tiled", "sdpa")) + " |"
+        )
+    kv = results["kv_cache"]
+    lines += ["", f"decoding {kv['tokens']} tokens: cache {kv['seconds']['cache']:.3f} s, "
+              f"recompute {kv['seconds']['recompute']:.3f} s, same tokens: {kv['same_tokens']}"]
+    return "\n".join(lines)
+
+
+def run(sizes: Sizes, *, threads: int) -> dict:
+    """Run every benchmark once with ``threads`` threads and return the results (with ratios)."""
+    torch.set_num_threads(threads)
+    start = time.perf_counter()
+    results: dict = {
+        "machine": {
+            "torch": torch.__version__, "python": platform.python_version(),
+            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+            "processor": platform.processor() or platform.machine(),
+            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        },
+    }
+    results["multihead"] = bench_multihead(sizes)
+    results["flops"] = bench_flops(sizes)
+    results["tiled"] = bench_tiled(sizes)
+    results["kv_cache"] = bench_kv_cache(sizes)
+    results["ratios"] = _ratios(results)
+    results["wall_seconds"] = time.perf_counter() - start
+    if hasattr(os, "getloadavg"):
+        results["machine"]["load_average_after"] = os.getloadavg()
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnbook.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT})")
+    args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1; got {args.threads}")
+    sizes = SMOKE if args.smoke else FULL
+    results = run(sizes, threads=args.threads)
+    results["smoke"] = args.smoke
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(format_table(results))
+    print(f"\n{'smoke run' if args.smoke else 'full run'} in {results['wall_seconds']:.1f} s; "
+          f"results written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
