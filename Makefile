@@ -13,11 +13,13 @@ export PATH := $(BIN):$(PATH)
 NB_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0
 NOTEBOOKS = $(shell $(PY) tests/toc_notebooks.py)
 
-.PHONY: help venv book test unit nbval build lab execute execute-all clean
+.PHONY: help venv vendor book test unit nbval build browser serve lab execute execute-all bench clean
 
 help:
 	@echo "make book   - create .venv, install everything, build the website into _build/html"
-	@echo "make test   - create or reuse .venv and run every test (unit, nbval, site build)"
+	@echo "make test   - create or reuse .venv and run every test (unit, nbval, site build, browser)"
+	@echo "make serve  - serve the built website on http://127.0.0.1:$(PORT)/ (PORT=... to change)"
+	@echo "make bench  - time the attention code against PyTorch (several minutes; _build/bench/results.json)"
 	@echo "make lab    - JupyterLab on the chapters"
 	@echo "make execute NB=chapters/X.ipynb - re-run one chapter top to bottom and store its outputs"
 
@@ -29,10 +31,16 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
-book: venv
+# MathJax 3 and the ipywidgets embed manager, pinned in src/site-assets/package-lock.json, are
+# copied into _vendor/ so that the website works offline; without npm the book uses their CDNs.
+# Under CI=true a failure to vendor them is an error.
+vendor: venv
+	$(PY) src/site-assets/vendor.py $(if $(filter true,$(CI)),--require)
+
+book: venv vendor
 	$(BIN)/jupyter-book build .
 	@echo
-	@echo "The book is built. Open: file://$(abspath _build/html/index.html)"
+	@echo "The book is built. Open: file://$(abspath _build/html/index.html) or run: make serve"
 
 unit: venv
 	$(PY) -m pytest -q -n 2 tests --ignore=tests/browser
@@ -42,14 +50,29 @@ nbval: venv
 		--nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env \
 		$(NOTEBOOKS)
 
-build: venv
+build: venv vendor
 	rm -rf _build/html _build/.doctrees _build/jupyter_execute
 	$(BIN)/jupyter-book build --all -W -n --keep-going .
+
+# Every page of the built site in headless Chromium (Debian's /usr/bin/chromium), served on 127.0.0.1.
+browser: venv
+	$(PY) -m pytest -q -p no:cacheprovider --confcutdir=tests/browser tests/browser
+
+PORT ?= 8000
+serve: venv
+	@test -f _build/html/index.html || $(MAKE) --no-print-directory book
+	@echo "Serving the book at http://127.0.0.1:$(PORT)/ (Ctrl-C to stop)"
+	$(PY) -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
+
+# Not part of `make test`: a full run takes several minutes (tests/test_bench.py runs --smoke).
+bench: venv
+	$(PY) -m attnbook.bench --threads 2
 
 test: venv
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory nbval
 	$(MAKE) --no-print-directory build
+	$(MAKE) --no-print-directory browser
 	@echo "make test: all parts passed"
 
 lab: venv
@@ -65,4 +88,4 @@ execute-all: venv
 	for nb in $(NOTEBOOKS); do $(MAKE) --no-print-directory execute NB=$$nb; done
 
 clean:
-	rm -rf _build
+	rm -rf _build _vendor

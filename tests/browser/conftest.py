@@ -1,0 +1,212 @@
+"""Fixtures for the browser tests: the built site served on 127.0.0.1, and headless Chromium.
+
+Every page is loaded once (the `visit` fixture caches it) with every request outside the local
+server blocked and recorded, every console error and failed response recorded, maths typeset and
+widgets rendered before the page is looked at; a full-page screenshot goes to _build/screenshots/.
+
+Chromium is Debian's (/usr/bin/chromium, `apt-get install -y chromium`), driven by the Python
+`playwright` package; `playwright install` is never needed. Without it these tests are skipped,
+except under CI=true, where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from site_pages import (
+    CHROMIUM,
+    FLAGS,
+    IN_CI,
+    INSTALL_HINT,
+    KNOWN_CONSOLE_NOISE,
+    SCREENSHOTS,
+    SITE,
+    TIMEOUT_MS,
+    VIEWPORT,
+    WIDGET_FONT,
+)
+
+
+# --- the server and the browser ----------------------------------------------------------------
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        pass
+
+
+@pytest.fixture(scope="session")
+def site() -> Path:
+    if not (SITE / "index.html").is_file():
+        pytest.fail(f"no built site in {SITE}: run `make build` (or `make book`) first", pytrace=False)
+    return SITE
+
+
+@pytest.fixture(scope="session")
+def base_url(site: Path):
+    """The built site served on 127.0.0.1, on a free port, for the whole session."""
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+def _browser_missing(reason: str):
+    message = f"{reason}: {INSTALL_HINT}; these browser tests need it."
+    if IN_CI:
+        pytest.fail(f"{message} (CI=true: a missing browser is a failure)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not CHROMIUM.is_file():
+        _browser_missing(f"no Chromium at {CHROMIUM}")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:  # pragma: no cover - requirements.txt pins it
+        _browser_missing("the Python package playwright is not installed (pip install -r requirements.txt)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        yield browser
+        browser.close()
+
+
+@dataclass
+class PageReport:
+    """A loaded page and what happened while it loaded."""
+
+    name: str
+    url: str
+    page: object  # playwright Page, still open
+    outside: list[str] = field(default_factory=list)  # requests to anything but the local server
+    failed: list[str] = field(default_factory=list)  # local requests that failed or got status >= 400
+    console_errors: list[str] = field(default_factory=list)  # not known noise
+    noise: list[str] = field(default_factory=list)  # known noise, for the record
+
+
+def _is_local(url: str, base: str) -> bool:
+    return url.startswith(base) or url.startswith(("data:", "blob:", "about:"))
+
+
+@pytest.fixture(scope="session")
+def blocked() -> list[str]:
+    """Every request to anything but the local server, in order (they are all blocked)."""
+    return []
+
+
+@pytest.fixture(scope="session")
+def browser_context(browser, base_url, blocked):
+    context = browser.new_context(viewport=VIEWPORT, service_workers="block")
+    context.set_default_timeout(TIMEOUT_MS)
+
+    def route(route):
+        if _is_local(route.request.url, base_url):
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort("blockedbyclient")
+
+    context.route("**/*", route)
+    yield context
+    context.close()
+
+
+def _settle(page) -> None:
+    """Wait until maths is typeset, widgets are drawn and images are loaded (or time is up)."""
+    page.evaluate(
+        """async () => {
+            if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+                await MathJax.startup.promise;
+            }
+            await document.fonts.ready;
+        }"""
+    )
+    views = 'script[type="application/vnd.jupyter.widget-view+json"]'
+    if page.locator(views).count():
+        try:
+            page.wait_for_function(
+                f"""() => [...document.querySelectorAll('{views}')]
+                    .every(s => s.parentElement.querySelector('.jupyter-widgets'))""",
+                timeout=TIMEOUT_MS,
+            )
+        except Exception:  # the widget test reports what is missing
+            pass
+    try:
+        page.wait_for_function(
+            "() => [...document.images].every(img => img.complete)", timeout=TIMEOUT_MS
+        )
+    except Exception:  # the image test reports what is missing
+        pass
+    page.wait_for_timeout(150)  # late console messages of the widget manager
+
+
+@pytest.fixture(scope="session")
+def visit(browser_context, base_url, blocked):
+    """visit('chapters/x.html') -> PageReport; each page is loaded once per session."""
+    reports: dict[str, PageReport] = {}
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    def load(name: str) -> PageReport:
+        if name in reports:
+            return reports[name]
+        url = base_url + name
+        page = browser_context.new_page()
+        report = PageReport(name=name, url=url, page=page)
+        blocked_before = len(blocked)
+
+        def on_console(message):
+            if message.type != "error":
+                return
+            text = message.text
+            where = (message.location or {}).get("url", "")
+            if any(p.search(text) for p in KNOWN_CONSOLE_NOISE):
+                report.noise.append(text)
+            elif text.startswith("Failed to load resource") and WIDGET_FONT.search(where):
+                report.noise.append(f"{text} {where}")
+            elif text.startswith("Failed to load resource") and not _is_local(where, base_url):
+                pass  # a blocked outside request: reported by the request test
+            else:
+                report.console_errors.append(f"{text} ({where})" if where else text)
+
+        def on_page_error(error):
+            text = str(getattr(error, "message", error))
+            if any(p.search(text) for p in KNOWN_CONSOLE_NOISE):
+                report.noise.append(text)
+            else:
+                report.console_errors.append(f"uncaught: {text}")
+
+        def on_response(response):
+            if response.status >= 400 and not WIDGET_FONT.search(response.url):
+                report.failed.append(f"{response.status} {response.url}")
+
+        def on_request_failed(request):
+            if _is_local(request.url, base_url) and not WIDGET_FONT.search(request.url):
+                report.failed.append(f"{request.failure} {request.url}")
+
+        page.on("console", on_console)
+        page.on("pageerror", on_page_error)
+        page.on("response", on_response)
+        page.on("requestfailed", on_request_failed)
+        response = page.goto(url, wait_until="load")
+        if response is None or not response.ok:
+            report.failed.append(f"{response.status if response else 'no response'} {url}")
+        _settle(page)
+        report.outside = blocked[blocked_before:]
+        shot = SCREENSHOTS / (name.removesuffix(".html").replace("/", "__") + ".png")
+        page.screenshot(path=str(shot), full_page=True)
+        reports[name] = report
+        return report
+
+    yield load
+    for report in reports.values():
+        report.page.close()
