@@ -1,0 +1,87 @@
+"""Positions: self-attention alone cannot tell where a token sits, so positions are added to the inputs.
+
+Two common choices: fixed sinusoids (Vaswani et al., 2017) and a learned table (one trainable
+vector per position, as in GPT-style models and :class:`attnbook.transformer.TinyTransformer`).
+
+Shapes:
+    L positions, E model width.
+    sinusoidal_positions -> (L, E)
+    LearnedPositions: x (B, L, E) -> (B, L, E)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["sinusoidal_positions", "LearnedPositions"]
+
+
+def sinusoidal_positions(
+    num_positions: int,
+    embed_dim: int,
+    *,
+    base: float = 10000.0,
+    offset: int = 0,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """The fixed sinusoidal position vectors of Vaswani et al. (2017).
+
+    Column pair (2i, 2i+1) of row p holds ``sin(p / base^(2i/E))`` and ``cos(p / base^(2i/E))``:
+    each pair turns at its own speed, from one turn every 2π positions down to very slow ones.
+
+    Args:
+        num_positions: L, how many positions.
+        embed_dim: E, an even width.
+        base: the longest wavelength is ``2π · base``.
+        offset: the first position (for tokens that follow a cached prefix).
+
+    Shapes:
+        -> (L, E)
+    """
+    for name, value in (("num_positions", num_positions), ("embed_dim", embed_dim), ("offset", offset)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"sinusoidal_positions: `{name}` must be a non-negative int; got {value!r}")
+    if embed_dim % 2:
+        raise ValueError(f"sinusoidal_positions: `embed_dim` must be even (sin/cos pairs); got {embed_dim}")
+    if not isinstance(base, (int, float)) or isinstance(base, bool) or base <= 1:
+        raise ValueError(f"sinusoidal_positions: `base` must be a number > 1; got {base!r}")
+    position = torch.arange(offset, offset + num_positions, dtype=torch.float64, device=device)[:, None]  # (L, 1)
+    rates = torch.exp(
+        -math.log(base) * torch.arange(0, embed_dim, 2, dtype=torch.float64, device=device) / embed_dim
+    )  # (E/2,)
+    angles = position * rates  # (L, E/2)
+    table = torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(num_positions, embed_dim)  # (L, E)
+    return table.to(dtype)
+
+
+class LearnedPositions(nn.Module):
+    """A trainable vector per position, added to the inputs.
+
+    Args:
+        max_len: the number of positions in the table.
+        embed_dim: E.
+
+    Shapes:
+        forward: x (B, L, E), offset -> x + table[offset : offset + L], (B, L, E)
+    """
+
+    def __init__(self, max_len: int, embed_dim: int) -> None:
+        super().__init__()
+        for name, value in (("max_len", max_len), ("embed_dim", embed_dim)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"LearnedPositions: `{name}` must be a positive int; got {value!r}")
+        self.max_len = max_len
+        self.table = nn.Embedding(max_len, embed_dim)
+        nn.init.normal_(self.table.weight, std=0.02)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        L = x.shape[-2]
+        if offset < 0 or offset + L > self.max_len:
+            raise ValueError(
+                f"LearnedPositions: positions {offset}..{offset + L - 1} do not fit in max_len={self.max_len}"
+            )
+        return x + self.table.weight[offset : offset + L]  # (B, L, E)
