@@ -13,7 +13,7 @@ export PATH := $(BIN):$(PATH)
 NB_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0
 NOTEBOOKS = $(shell $(PY) tests/toc_notebooks.py)
 
-.PHONY: help venv vendor book test unit nbval build browser serve lab execute execute-all bench clean
+.PHONY: help venv vendor book test unit nbval build browser serve lab execute execute-all bench clean assignments grade
 
 help:
 	@echo "make book   - create .venv, install everything, build the website into _build/html"
@@ -22,6 +22,8 @@ help:
 	@echo "make bench  - time the attention code against PyTorch (several minutes; _build/bench/results.json)"
 	@echo "make lab    - JupyterLab on the chapters"
 	@echo "make execute NB=chapters/X.ipynb - re-run one chapter top to bottom and store its outputs"
+	@echo "make assignments - nbgrader course in $(COURSE): student versions of every chapter in release/"
+	@echo "make grade  - autograde $(COURSE)/submitted/<student>/<chapter>/, scores in $(COURSE)/grades.csv"
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -89,3 +91,12 @@ execute-all: venv
 
 clean:
 	rm -rf _build _vendor
+
+# Classroom exercises (nbgrader). nbgrader runs `alembic`, found through the PATH exported above.
+COURSE ?= _build/course
+
+assignments: venv
+	$(PY) -m attnbook.course assignments --root $(COURSE)
+
+grade: venv
+	$(PY) -m attnbook.course grade --root $(COURSE)
