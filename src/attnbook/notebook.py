@@ -52,6 +52,10 @@ def setup(seed: int = 0) -> None:
 def glue(name: str, value, display: bool = False):
     """Make ``value`` (a number, a string or a matplotlib figure) available to the page's prose
     as ``{glue:text}`name``` or ``{glue:figure} name``. Without MyST-NB the value is shown."""
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        # NumPy scalars and 0-d tensors become Python numbers: their repr (np.float64(0.5),
+        # tensor(0.5)) cannot be formatted by {glue:text}`name:.2f`.
+        value = value.item()
     try:
         from myst_nb import glue as _glue
     except ImportError:  # pragma: no cover - e.g. in Colab
