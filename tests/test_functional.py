@@ -200,6 +200,15 @@ def test_is_causal_and_mask():
     assert_close(out_f, out, **EXACT)
 
 
+@pytest.mark.parametrize(("L", "S"), [(0, 3), (3, 0), (0, 0)])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_empty_lengths_equal_sdpa(L, S, is_causal):
+    q, k, v = qkv((2,), (2,), (2,), L, S, 4, 5)
+    out, weights = attention(q, k, v, is_causal=is_causal)
+    assert out.shape == (2, L, 5) and weights.shape == (2, L, S)
+    assert_close(out, sdpa(q, k, v), **EXACT)  # no keys: a zero output
+
+
 def test_default_scale_is_inverse_sqrt_width():
     q, k, v = qkv((), (), (), 3, 4, 9, 2)
     assert_close(attention(q, k, v)[0], attention(q, k, v, scale=1 / 3)[0], **EXACT)

@@ -44,9 +44,9 @@ def test_padding_mask_property(lengths, extra):
         assert not mask[b, n:].any()
 
 
-@pytest.mark.parametrize("lengths", [[2, -1], torch.tensor([-3])])
-def test_padding_mask_negative_length(raises_naming, lengths):
-    with raises_naming(ValueError, "`lengths`", ">= 0", "-"):
+@pytest.mark.parametrize(("lengths", "shown"), [([2, -1], "[2, -1]"), (torch.tensor([-3]), "[-3]")])
+def test_padding_mask_negative_length(raises_naming, lengths, shown):
+    with raises_naming(ValueError, "`lengths`", ">= 0", shown):
         padding_mask(lengths, max_len=4)
 
 
