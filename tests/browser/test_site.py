@@ -6,17 +6,20 @@ the search and index pages, is loaded once; each test below looks at one aspect 
 
 from __future__ import annotations
 
+import json
 import re
 from urllib.parse import urljoin, urlsplit
 
 import pytest
+import yaml
 from site_pages import ROOT, SITE, all_pages, notebook_for, stored_widget_views, toc_pages
 
 PAGES = all_pages()
 CHAPTERS = toc_pages()
 NOTEBOOK_PAGES = [p for p in CHAPTERS if notebook_for(p) is not None]
-REPOSITORY = "attnbook/attention-book"
-BRANCH = "main"
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+REPOSITORY = urlsplit(CONFIG["repository"]["url"]).path.strip("/")  # owner/name
+BRANCH = CONFIG["repository"].get("branch", "main")
 
 # TeX that MathJax should have turned into maths: a control word (\frac, \sqrt, \mathbf, ...),
 # display dollars, or \( \[ delimiters. Code (pre, code) is left out: there a backslash is code.
@@ -28,6 +31,19 @@ VISIBLE_TEXT_WITHOUT_CODE = """() => {
         .forEach(e => e.remove());
     return clone.textContent;
 }"""
+
+
+def test_config_serves_maths_and_widgets_from_the_site():
+    """MathJax 3 and the widget manager are pinned in the lock file and served from _vendor/."""
+    config = CONFIG["sphinx"]["config"]
+    assert "_vendor" in config["html_static_path"]
+    assert config["mathjax_path"] == "mathjax/tex-mml-chtml.js"
+    assert list(config["nb_ipywidgets_js"]) == ["widgets/require.js", "widgets/paths.js", "widgets/embed-amd.js"]
+    lock = json.loads((ROOT / "src/site-assets/package-lock.json").read_text())["packages"]
+    assert lock["node_modules/mathjax"]["version"].startswith("3.")
+    assert "node_modules/requirejs" in lock and "node_modules/@jupyter-widgets/html-manager" in lock
+    page = (SITE / CHAPTERS[0]).read_text()
+    assert 'src="../_static/mathjax/tex-mml-chtml.js' in page, "the built site does not serve MathJax itself"
 
 
 def test_every_built_page_is_checked():
@@ -135,6 +151,8 @@ def test_stored_widgets_are_rendered(visit, name):
 
 @pytest.mark.parametrize("name", NOTEBOOK_PAGES)
 def test_launch_buttons(visit, name):
+    """Colab and Binder links to this chapter's notebook in the repository named in _config.yml."""
+    assert CONFIG["launch_buttons"].get("colab_url") and CONFIG["launch_buttons"].get("binderhub_url")
     source = notebook_for(name).relative_to(ROOT).as_posix()
     hrefs = visit(name).page.eval_on_selector_all("a[href]", "links => links.map(a => a.href)")
     colab = f"https://colab.research.google.com/github/{REPOSITORY}/blob/{BRANCH}/{source}"
