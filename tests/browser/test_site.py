@@ -198,7 +198,7 @@ def test_one_search_field(visit, name):
     assert len(visible) == 1, f"{name}: {len(visible)} visible search fields"
 
 
-@pytest.mark.parametrize("name", [p for p in CHAPTERS if "notation" not in p and "bibliography" not in p])
+@pytest.mark.parametrize("name", NOTEBOOK_PAGES)
 def test_chapters_with_symbols_link_the_notation_page(visit, name):
     page = visit(name).page
     if not page.locator("article .math").count():
