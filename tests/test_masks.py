@@ -172,3 +172,10 @@ def test_combine_masks_rejects_non_bool(raises_naming):
 def test_combine_masks_rejects_non_broadcasting(raises_naming):
     with raises_naming(ValueError, "`masks[2]`", "(4, 5)", "(3, 3)"):
         combine_masks(causal_mask(3), None, torch.ones(4, 5, dtype=torch.bool))
+
+
+def test_padding_mask_of_an_empty_batch_is_empty():
+    from attnbook.masks import padding_mask
+
+    assert padding_mask([]).shape == (0, 0)
+    assert padding_mask([], max_len=3).shape == (0, 3)

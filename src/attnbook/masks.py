@@ -36,7 +36,8 @@ def padding_mask(lengths: Tensor | Sequence[int], max_len: int | None = None) ->
     """
     if not isinstance(lengths, Tensor):
         try:
-            lengths = torch.as_tensor(list(lengths))
+            lengths = list(lengths)
+            lengths = torch.as_tensor(lengths, dtype=torch.long) if not lengths else torch.as_tensor(lengths)
         except (TypeError, ValueError) as exc:
             raise TypeError(
                 f"padding_mask: `lengths` must be a 1-D tensor or a list of ints; got {lengths!r}"
