@@ -89,8 +89,10 @@ def peak_memory_bytes(fn: Callable, *args, **kwargs) -> int:
     largest running total, counted from zero when ``fn`` starts (so memory allocated before the
     call does not count, and never less than 0). Two tensors alive together count together; a
     tensor freed before the next is allocated does not. The result ``fn`` returns counts, as it
-    is alive when ``fn`` returns. Only memory allocated through PyTorch's CPU allocator is seen
-    (tensors, including NumPy arrays made by ``torch``, but not plain Python or NumPy objects).
+    is alive when ``fn`` returns. Only memory allocated through PyTorch's CPU allocator is seen:
+    tensors, including those made by PyTorch's own worker threads inside an operation, but not
+    plain Python or NumPy objects, and not tensors made on other Python threads that ``fn``
+    starts.
 
     Example: ``peak_memory_bytes(torch.zeros, 1000, 1000)`` is 4,000,000 (a million float32).
     """
