@@ -186,7 +186,8 @@ def attention(
     # fp16/bf16: form the scores and add a floating mask in fp32, as SDPA does; in fp16 a score
     # plus a mask entry of finfo.min would otherwise overflow to -inf and silently drop keys.
     compute = torch.float32 if q.dtype in _LOW_PRECISION else q.dtype
-    scores = torch.matmul(q.to(compute), k.to(compute).transpose(-2, -1)) * scale  # (..., L, S)
+    # Scaling the (..., L, E) queries costs far less than scaling the (..., L, S) scores.
+    scores = torch.matmul(q.to(compute) * scale, k.to(compute).transpose(-2, -1))  # (..., L, S)
 
     allowed = None  # bool (..., L, S) or broadcastable, True = may attend
     if mask is not None and mask.dtype == torch.bool:
