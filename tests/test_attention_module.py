@@ -233,3 +233,16 @@ def test_score_returning_wrong_shape(raises_naming):
     q, k, v = qkv()
     with raises_naming(ValueError, "`score`", "(3, 4, 6)", "(3, 6, 4)"):
         Attention(Transposed())(q, k, v)
+
+
+@given(S=st.integers(1, 6), seed=st.integers(0, 2**16))
+def test_permuting_keys_with_their_values_changes_no_context(S, seed):
+    torch.manual_seed(seed)
+    q, k, v = qkv(S=S, Dq=4, Dk=3)
+    mask = torch.rand(3, 4, S) > 0.3  # (B, L, S)
+    attention = Attention(AdditiveScore(4, 3, 5)).double()
+    context, weights = attention(q, k, v, mask)
+    perm = torch.randperm(S)
+    context2, weights2 = attention(q, k[:, perm], v[:, perm], mask[:, :, perm])
+    assert_close(context2, context, **EXACT)
+    assert_close(weights2, weights[:, :, perm], **EXACT)

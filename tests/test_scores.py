@@ -235,3 +235,36 @@ def test_forward_concat_checks_too(raises_naming):
 def test_constructor_arguments_are_checked(raises_naming, build, exc, name):
     with raises_naming(exc, name):
         build()
+
+
+# ----- properties that every score has -----
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+MAKERS = {
+    "dot": lambda Dq, Dk: DotScore(),
+    "scaled": lambda Dq, Dk: ScaledDotScore(),
+    "bilinear": lambda Dq, Dk: BilinearScore(Dq, Dk),
+    "additive": lambda Dq, Dk: AdditiveScore(Dq, Dk, 5),
+}
+
+
+@given(
+    kind=st.sampled_from(sorted(MAKERS)),
+    L=st.integers(1, 5),
+    S=st.integers(1, 6),
+    seed=st.integers(0, 2**16),
+)
+def test_each_score_treats_pairs_independently(kind, L, S, seed):
+    """Permuting the keys permutes the score columns, permuting the queries permutes the rows,
+    and each batch element is scored on its own."""
+    torch.manual_seed(seed)
+    Dq, Dk = (4, 4) if kind in ("dot", "scaled") else (3, 6)
+    score = MAKERS[kind](Dq, Dk).double()
+    q, k = qk(B=2, L=L, S=S, Dq=Dq, Dk=Dk)
+    out = score(q, k)
+    key_perm, query_perm = torch.randperm(S), torch.randperm(L)
+    assert_close(score(q, k[:, key_perm]), out[:, :, key_perm], **EXACT)
+    assert_close(score(q[:, query_perm], k), out[:, query_perm], **EXACT)
+    assert_close(score(q[1:], k[1:]), out[1:], **EXACT)
