@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import pathlib
 
 import pytest
 import torch
@@ -534,3 +535,9 @@ def test_threaded_fallback_reports_timeout_and_result():
     assert (status, value) == ("ok", [])
     status, _ = grading._run_threaded(lambda: __import__("time").sleep(3), 0.2)
     assert status == "timeout"
+
+
+def test_instructors_page_lists_every_exercise():
+    page = (pathlib.Path(__file__).resolve().parents[1] / "chapters" / "instructors.md").read_text()
+    missing = [e for e in grading.exercise_ids() if f"`{e}`" not in page]
+    assert not missing, f"chapters/instructors.md does not list {missing}"

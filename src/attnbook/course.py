@@ -23,10 +23,9 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
 import sys
 
-__all__ = ["COURSE_ID", "toc_chapters", "graded_cells", "build_assignments", "grade"]
+__all__ = ["COURSE_ID", "toc_chapters", "graded_cells", "build_assignments", "grade", "export_csv"]
 
 COURSE_ID = "attention-book"
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -144,10 +143,19 @@ def grade(root: pathlib.Path = DEFAULT_ROOT, feedback: bool = True) -> pathlib.P
                        f"generate_feedback {assignment.name} for {student.name}")
             print(f"graded {student.name}/{assignment.name}")
     csv = root / "grades.csv"
-    subprocess.run([str(pathlib.Path(sys.executable).parent / "nbgrader"), "export", "--to", str(csv)],
-                   cwd=root, check=True, env=os.environ.copy(), stdout=subprocess.DEVNULL)
+    export_csv(root, csv)
     print(f"scores: {csv}")
     return csv
+
+
+def export_csv(root: pathlib.Path, csv: pathlib.Path) -> None:
+    """Write every score of the gradebook to ``csv`` with nbgrader's own CSV exporter
+    (what ``nbgrader export`` does, without starting another process)."""
+    from nbgrader.api import Gradebook
+    from nbgrader.plugins import CsvExportPlugin
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}", course_id=COURSE_ID) as gradebook:
+        CsvExportPlugin(to=str(csv)).export(gradebook)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -105,6 +105,11 @@ def _run_forked(job: Callable[[], list[str]], timeout: float) -> tuple[str, Any]
             sys.stdout = io.StringIO()  # the kernel's streams belong to the parent
             sys.stderr = io.StringIO()
             try:
+                import faulthandler
+                faulthandler.disable()  # a crash is reported by the parent, without a C-level dump
+            except Exception:
+                pass
+            try:
                 torch.set_num_threads(1)
             except Exception:
                 pass
@@ -1165,6 +1170,8 @@ def _s2s_variants(h, enc, mask, which):
          "source positions, so use `dim=-1`.",
          lambda: pick(with_context(masked_softmax(scores, mask, dim=0)))),
         (M_AFTER, lambda: pick(with_context(torch.softmax(scores, -1) * mask))),
+        (M_NAN_ROWS.replace("Such a query", "A source with no real token"),
+         lambda: pick(with_context(torch.softmax(scores.masked_fill(~mask, float("-inf")), -1)))),
         ("Your context sums over the wrong axis: it is Σ_j weights[:, j] · encoder_states[:, j], "
          "a (B, D) vector.",
          lambda: (masked_softmax(scores, mask)[:, :, None] * enc).sum(2) if which == 0 else None),
