@@ -233,14 +233,18 @@ def test_state_dict_round_trip_and_no_mask_in_checkpoint():
 
 def test_half_with_masks():
     _, ours = make_pair()
+    full = MultiHeadAttention(E, H)
+    full.load_state_dict(ours.state_dict())
     ours = ours.half()
     q, k, v = (t.half() for t in inputs())
     mask = torch.rand(L, S) > 0.3
     mask[1] = False
+    expected, _ = full(q.float(), k.float(), v.float(), mask=mask, key_mask=key_mask_example(), is_causal=True)
     for backend in ("math", "sdpa"):
         ours.backend = backend
         out, _ = ours(q, k, v, mask=mask, key_mask=key_mask_example(), is_causal=True)
         assert out.dtype == torch.float16 and torch.isfinite(out).all()
+        torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
     assert ours.causal.dtype == torch.bool
 
 
@@ -379,3 +383,23 @@ def test_causal_self_attention_bad_inputs(raises_naming):
         CausalSelfAttention(E, H, max_len=0)
     with raises_naming(ValueError, "need_weights", "sdpa"):
         CausalSelfAttention(E, H, backend="sdpa")(torch.randn(1, 2, E), need_weights=True)
+
+
+# ----------------------------------------------------------------------------- the mask editor (chapter 7)
+def test_mask_editor_passes_the_toggled_mask_to_draw(raises_naming):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from attnbook.widgets import mask_editor
+
+    seen = []
+    widget = mask_editor(torch.randn(2, 3), lambda ax, mask: seen.append(mask))
+    assert seen[-1].all()
+    widget.children[2].children[1].value = False  # query 1 -> key 1 off
+    expected = torch.ones(2, 3, dtype=torch.bool)
+    expected[1, 1] = False
+    assert torch.equal(seen[-1], expected)
+    with raises_naming(ValueError, "scores", "(3,)"):
+        mask_editor(torch.randn(3), lambda ax, mask: None)
+    with raises_naming(ValueError, "initial", "(2, 3)"):
+        mask_editor(torch.randn(2, 3), lambda ax, mask: None, initial=torch.ones(3, 3, dtype=torch.bool))

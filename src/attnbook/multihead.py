@@ -125,13 +125,17 @@ def multi_head_attention_core(
     # the score product adds for free, and rows with no key left are zeroed after the softmax:
     # the same weights as masked_softmax(scores, allowed), without two extra passes over them.
     heads, D, Dv = q.shape[:-2], q.shape[-1], v.shape[-1]
+    out_dtype = q.dtype
+    if out_dtype in (torch.float16, torch.bfloat16):  # scores, masks and softmax in fp32, as SDPA does
+        q, k, v = q.float(), k.float(), v.float()
+        additive = None if additive is None else additive.float()
     q3 = q.reshape(-1, L, D)  # (B*H, L, D)
     k3 = k.reshape(-1, S, D)  # (B*H, S, D)
     v3 = v.reshape(-1, S, Dv)  # (B*H, S, Dv)
     scale = 1.0 / math.sqrt(D)
     bias = additive
     if allowed is not None:
-        low = torch.finfo(q.dtype).min
+        low = torch.finfo(q.dtype).min  # q is fp32 or fp64 here
         if bias is None:
             bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(~allowed, low)
         else:
@@ -153,9 +157,9 @@ def multi_head_attention_core(
             weights = weights.view(*heads, L, S).masked_fill(empty, 0.0).view(-1, L, S)  # (B*H, L, S)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    out = torch.bmm(weights, v3).view(*heads, L, Dv)  # (B, H, L, Dv)
+    out = torch.bmm(weights, v3).view(*heads, L, Dv).to(out_dtype)  # (B, H, L, Dv)
     if need_weights:
-        return out, weights.view(*heads, L, S)  # (B, H, L, S)
+        return out, weights.view(*heads, L, S).to(out_dtype)  # (B, H, L, S)
     return out, None
 
 
