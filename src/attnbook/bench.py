@@ -91,7 +91,7 @@ FULL = Sizes(
     decode_prompt=16,
     repeats=7,
     repeats_long=3,
-    model=dict(vocab_size=64, embed_dim=128, num_heads=4, num_layers=2, max_len=512),
+    model=dict(vocab_size=64, embed_dim=64, num_heads=4, num_layers=2, max_len=512),
 )
 
 SMOKE = Sizes(
@@ -99,8 +99,8 @@ SMOKE = Sizes(
     flops_length=128,
     flops_heads=(1, 2, 16),
     matmul_size=128,
-    tiled_lengths=[64, 256],
-    tiled_block_size=32,
+    tiled_lengths=[64, 512],
+    tiled_block_size=16,
     decode_tokens=8,
     decode_prompt=4,
     repeats=2,
@@ -252,12 +252,14 @@ def bench_kv_cache(sizes: Sizes) -> dict:
     prompt = torch.randint(0, sizes.model["vocab_size"], (1, sizes.decode_prompt))  # (B, L)
     n = sizes.decode_tokens
     with torch.inference_mode():
+        # these two runs check that both give the same tokens, and are the warm-up
         cached = model.generate(prompt, n, use_cache=True)
         recomputed = model.generate(prompt, n, use_cache=False)
         medians = interleaved_medians(
             {"cache": lambda: model.generate(prompt, n, use_cache=True),
              "recompute": lambda: model.generate(prompt, n, use_cache=False)},
             repeats=sizes.repeats_long,
+            warmup=0,
         )
     return {"tokens": n, "prompt": sizes.decode_prompt, "model": sizes.model, "seconds": medians,
             "same_tokens": bool(torch.equal(_tokens(cached), _tokens(recomputed)))}
