@@ -157,9 +157,11 @@ def multi_head_attention_core(
             weights = weights.view(*heads, L, S).masked_fill(empty, 0.0).view(-1, L, S)  # (B*H, L, S)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    out = torch.bmm(weights, v3).view(*heads, L, Dv).to(out_dtype)  # (B, H, L, Dv)
+    out = torch.bmm(weights, v3).view(*heads, L, Dv)  # (B, H, L, Dv)
+    if out.dtype != out_dtype:
+        out, weights = out.to(out_dtype), weights.to(out_dtype)
     if need_weights:
-        return out, weights.view(*heads, L, S).to(out_dtype)  # (B, H, L, S)
+        return out, weights.view(*heads, L, S)  # (B, H, L, S)
     return out, None
 
 

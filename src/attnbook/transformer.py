@@ -58,12 +58,10 @@ class TransformerBlock(nn.Module):
         self.norm1 = nn.LayerNorm(embed_dim)
         self.attn = CausalSelfAttention(embed_dim, num_heads, dropout=dropout, backend=backend, max_len=max_len)
         self.norm2 = nn.LayerNorm(embed_dim)
-        self.mlp = nn.Sequential(
-            nn.Linear(embed_dim, mlp_ratio * embed_dim),
-            nn.GELU(),
-            nn.Linear(mlp_ratio * embed_dim, embed_dim),
-            nn.Dropout(dropout),
-        )
+        layers = [nn.Linear(embed_dim, mlp_ratio * embed_dim), nn.GELU(), nn.Linear(mlp_ratio * embed_dim, embed_dim)]
+        if dropout > 0:
+            layers.append(nn.Dropout(dropout))
+        self.mlp = nn.Sequential(*layers)
 
     def forward(
         self, x: Tensor, *, cache: KVCache | None = None, need_weights: bool = False
@@ -204,15 +202,17 @@ class TinyTransformer(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            tokens, steps = prompt, []
+            L0, steps = prompt.shape[1], []
+            tokens = prompt.new_empty((prompt.shape[0], total))  # (B, L0 + N), filled as we go
+            tokens[:, :L0] = prompt
             caches = self.new_caches(prompt.shape[0], total) if use_cache else None
-            feed = prompt  # (B, L0) first, then (B, 1) with a cache
-            for _ in range(num_new_tokens):
-                logits = self(feed if use_cache else tokens, caches=caches)[:, -1]  # (B, V)
+            for step in range(num_new_tokens):
+                end = L0 + step
+                # with a cache: the prompt first, then only the newest token; without: everything
+                feed = tokens[:, (end - 1 if step else 0) if use_cache else 0 : end]  # (B, L)
+                logits = self(feed, caches=caches)[:, -1]  # (B, V)
                 steps.append(logits)
-                next_token = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-                tokens = torch.cat([tokens, next_token], dim=1)  # (B, L0 + step)
-                feed = next_token
+                tokens[:, end] = logits.argmax(dim=-1)  # (B,)
         finally:
             self.train(was_training)
         if return_logits:
