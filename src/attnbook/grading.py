@@ -7,9 +7,10 @@ seeded random inputs: several shapes, L != S, masks with fully-masked rows, and 
 matters. When an answer is wrong, the grader runs the typical wrong versions of the reference on
 the same inputs; if the student's output matches one of them, the feedback names that mistake.
 
-The student's code runs in a forked child process (on Linux and macOS), so an exception, a crash
-or an endless loop cannot break grading: an exception becomes a message naming it, a function
-that does not return within ``timeout`` seconds is stopped and reported as too slow.
+The student's code runs in a forked child process (on Linux, Colab included; elsewhere in a
+thread), so an exception, a crash or an endless loop cannot break grading: an exception becomes a
+message naming it, a function that does not return within ``timeout`` seconds is stopped (on Linux)
+and reported as too slow.
 
 In an nbgrader test cell::
 
@@ -191,7 +192,8 @@ def _warm_up() -> None:
 
 
 def _isolated(job: Callable[[], list[str]], timeout: float) -> tuple[str, Any]:
-    if hasattr(os, "fork") and sys.platform != "win32":
+    # fork is safe with torch on Linux (Colab included); macOS frameworks may abort a forked child
+    if hasattr(os, "fork") and sys.platform.startswith("linux"):
         _warm_up()
         return _run_forked(job, timeout)
     return _run_threaded(job, timeout)
@@ -710,7 +712,6 @@ def _ws_check(which: int, fn):
             (B, H, S, S): "the weights have one row per QUERY, and there are L queries.",
             (B, H, L, E): "the weights compare queries with keys; their last size is the number of keys S, not the width E.",
             (B, H, S, Ev): "the output has one row per query (L rows), not one per key.",
-            (B, H, L, E) if which == 1 else None: "the output is a weighted average of the VALUES, so its width is Ev, not E.",
             (B, L, H * Ev): "attention itself keeps the heads apart, (B, H, L, Ev); merging them is a later step.",
         }
         if which == 1:
