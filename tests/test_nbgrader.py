@@ -14,7 +14,6 @@ import pathlib
 import subprocess
 import sys
 
-import pytest
 
 from attnbook.course import graded_cells, toc_chapters
 
@@ -233,10 +232,10 @@ def _outputs(cell: dict) -> str:
     return "\n".join(p if isinstance(p, str) else "".join(p) for p in parts)
 
 
-@pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    root = tmp_path_factory.mktemp("course")
-    src = tmp_path_factory.mktemp("src") / f"{NAME}.ipynb"
+def build_and_grade(tmp_path):
+    root = tmp_path / "course"
+    (tmp_path / "src").mkdir()
+    src = tmp_path / "src" / f"{NAME}.ipynb"
     src.write_text(json.dumps(tiny_notebook()))
     # the tiny assignment and every chapter of the book, released in one run
     _run("assignments", "--root", str(root), str(src), *(str(c) for c in toc_chapters()))
@@ -253,7 +252,7 @@ def course(tmp_path_factory):
     return root, released, scores
 
 
-def test_release_has_no_solution_and_no_hidden_test(course):
+def check_release_has_no_solution_and_no_hidden_test(course):
     root, released, _ = course
     text = _text(released)
     assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
@@ -270,15 +269,14 @@ def test_release_has_no_solution_and_no_hidden_test(course):
     assert text.count(".assert_passed()") == sum(len(t[2]) for t in TESTS.values())
 
 
-def test_unanswered_scores_zero_and_instructor_full(course):
+def check_unanswered_scores_zero_and_instructor_full(course):
     _, _, scores = course
     total = sum(len(t[2]) for t in TESTS.values())
     assert scores["blank"] == (0.0, total)
     assert scores["teacher"] == (total, total)
 
 
-@pytest.mark.parametrize("student", sorted(MISTAKES))
-def test_each_named_mistake_loses_marks_and_is_named_in_the_autograded_notebook(course, student):
+def check_named_mistakes_lose_marks_and_are_named(course, student):
     root, _, scores = course
     score, total = scores[student]
     assert score < total
@@ -298,7 +296,7 @@ def test_each_named_mistake_loses_marks_and_is_named_in_the_autograded_notebook(
             assert "AssertionError" not in by_key[key] and "Error" not in by_key[key]
 
 
-def test_real_chapters_release_one_notebook_each_without_solutions(course):
+def check_real_chapters_release_one_notebook_each_without_solutions(course):
     root = course[0]
     chapters = toc_chapters()
     assert chapters, "no chapter notebook in _toc.yml"
@@ -317,3 +315,16 @@ def test_real_chapters_release_one_notebook_each_without_solutions(course):
                         assert line.strip() not in text, f"{chapter.name}: solution line leaked: {line.strip()}"
         if any(c.get("grade") for c in graded_cells(chapter)):
             assert "raise NotImplementedError()" in text
+
+
+def test_classroom_workflow_with_nbgrader(tmp_path):
+    """One build and one grading run (nbgrader is slow to start), then every check on them.
+
+    A single test, so that pytest-xdist never runs the build twice on two workers.
+    """
+    course = build_and_grade(tmp_path)
+    check_release_has_no_solution_and_no_hidden_test(course)
+    check_unanswered_scores_zero_and_instructor_full(course)
+    for student in sorted(MISTAKES):
+        check_named_mistakes_lose_marks_and_are_named(course, student)
+    check_real_chapters_release_one_notebook_each_without_solutions(course)
