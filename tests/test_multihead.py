@@ -403,3 +403,18 @@ def test_mask_editor_passes_the_toggled_mask_to_draw(raises_naming):
         mask_editor(torch.randn(3), lambda ax, mask: None)
     with raises_naming(ValueError, "initial", "(2, 3)"):
         mask_editor(torch.randn(2, 3), lambda ax, mask: None, initial=torch.ones(3, 3, dtype=torch.bool))
+
+
+def test_inference_path_equals_training_path():
+    """Without autograd the math backend normalises in place; it must give the same numbers."""
+    _, ours = make_pair()
+    q, k, v = inputs()
+    mask = torch.rand(B, L, S) > 0.4
+    mask[:, 1] = False  # an empty row
+    for kwargs in ({}, {"mask": mask, "key_mask": key_mask_example()}, {"is_causal": True}):
+        with_grad = ours(q, k, v, need_weights=True, average_attn_weights=False, **kwargs)
+        assert with_grad[0].requires_grad
+        with torch.no_grad():
+            without = ours(q, k, v, need_weights=True, average_attn_weights=False, **kwargs)
+        torch.testing.assert_close(without[0], with_grad[0])
+        torch.testing.assert_close(without[1], with_grad[1])

@@ -150,7 +150,10 @@ def multi_head_attention_core(
         else:
             bias = bias.expand(*heads, bl, bs).reshape(-1, bl, bs)  # (B*H, L or 1, S or 1)
         scores = torch.baddbmm(bias, q3, k3.transpose(1, 2), alpha=scale)  # (B*H, L, S)
-    weights = masked_softmax(scores, None, dim=-1)  # (B*H, L, S)
+    if scores.requires_grad:
+        weights = masked_softmax(scores, None, dim=-1)  # (B*H, L, S); masking is already in the bias
+    else:  # nothing to differentiate: normalise in place, as PyTorch's fast path does (no new (B*H, L, S))
+        weights = torch.ops.aten._softmax.out(scores, -1, False, out=scores)  # (B*H, L, S)
     if allowed is not None:
         empty = ~allowed.any(dim=-1, keepdim=True)  # rows with no key to attend to
         if bool(empty.any()):
