@@ -968,8 +968,9 @@ MHF = _exercise(
     "num_heads, mask=None) -> output (B, L, E), with weights (E, E) applied as in nn.Linear without "
     "bias (x @ W.T), mask bool broadcastable to (B, 1, L, S) (True = may attend); "
     "OR an nn.Module class built as cls(embed_dim, num_heads) whose forward(query, key, value, "
-    "mask=None) returns the output (B, L, E), with four bias-free Linear(E, E) layers registered in "
-    "the order q, k, v, out.")
+    "mask=None) returns the output (B, L, E) (or a tuple starting with it), with four Linear(E, E) "
+    "layers registered in the order q, k, v, out, or a fused (3E, E) q/k/v weight and an out layer; "
+    "biases are set to zero for grading.")
 
 
 def _mha_ref(query, key, value, W_q, W_k, W_v, W_o, H, mask=None, *, split=_split_ref,
@@ -1060,10 +1061,6 @@ def _build_module(cls, E, H) -> nn.Module:
     return module
 
 
-def _module_linears(module: nn.Module, E: int) -> list[nn.Linear]:
-    return [m for m in module.modules() if isinstance(m, nn.Linear)]
-
-
 @_part(MHF, "values")
 def _(fn, gen):
     H = 2
@@ -1099,37 +1096,56 @@ def _(fn, gen):
                               "use it to project the inputs."))
         return
     module = _build_module(fn, E, H)
-    linears = _module_linears(module, E)
-    square = [m for m in linears if tuple(m.weight.shape) == (E, E)]
-    fused = [m for m in linears if tuple(m.weight.shape) == (3 * E, E)]
-    if len(square) + 3 * len(fused) < 4:
-        if len(square) + 3 * len(fused) == 3:
-            raise _Wrong(M_NO_OUT.replace("`output @ W_o.T`", "a final `nn.Linear(E, E)`"))
-        raise _Wrong(f"Expected four Linear(E, E) layers (q, k, v and the output projection); your module "
-                     f"has Linear layers of shapes {[tuple(m.weight.shape) for m in linears]}.")
+    shapes = [tuple(p.shape) for p in module.parameters() if p.dim() == 2]
+    blocks = shapes.count((E, E)) + 3 * shapes.count((3 * E, E))  # (E, E) projections
+    if blocks == 3:
+        raise _Wrong(M_NO_OUT.replace("`output @ W_o.T`", "a final `nn.Linear(E, E)`"))
+    if blocks < 4:
+        raise _Wrong(f"Expected four (E, E) projections (q, k, v and the output projection); your module "
+                     f"has weights of shapes {shapes}.")
+
+
+def _projection_weights(module: nn.Module, E: int) -> list[Tensor] | None:
+    """The module's (E, E) or fused (3E, E) projection weights, in registration order.
+
+    Accepted layouts: four (E, E) weights q, k, v, out (e.g. four ``nn.Linear(E, E)``), or a fused
+    (3E, E) weight with rows q, k, v followed by an (E, E) output weight (as
+    ``nn.MultiheadAttention`` and ``attnbook.multihead.MultiHeadAttention`` store them).
+    """
+    weights = [p for p in module.parameters() if p.dim() == 2]
+    shapes = [tuple(p.shape) for p in weights]
+    if shapes == [(E, E)] * 4 or shapes == [(3 * E, E), (E, E)]:
+        return weights
+    return None
 
 
 def _mhf_module_values(cls, gen, H, mask: bool):
     E, B, L, S = 8, 2, 3, 5
     module = _build_module(cls, E, H)
-    square = [m for m in _module_linears(module, E) if tuple(m.weight.shape) == (E, E)]
-    if len(square) == 3:
-        raise _Wrong(M_NO_OUT.replace("`output @ W_o.T`", "a final `nn.Linear(E, E)`"))
-    if len(square) != 4:
-        raise _Wrong("To grade your module, give it exactly four Linear(E, E) layers, registered in the "
-                     "order q, k, v, out (found " + str(len(square)) + ").")
+    weights = _projection_weights(module, E)
+    if weights is None:
+        shapes = [tuple(p.shape) for p in module.parameters() if p.dim() == 2]
+        if shapes.count((E, E)) == 3 or shapes == [(3 * E, E)]:
+            raise _Wrong(M_NO_OUT.replace("`output @ W_o.T`", "a final `nn.Linear(E, E)`"))
+        raise _Wrong("To grade your module, give it four Linear(E, E) layers registered in the order q, "
+                     f"k, v, out (or a fused (3E, E) weight and an out layer); found weights {shapes}.")
     args = _mhf_inputs(gen, B, L, S, E)
     with torch.no_grad():
-        for layer, W in zip(square, args[3:]):
-            layer.weight.copy_(W)
-            if layer.bias is not None:
-                layer.bias.zero_()
+        if len(weights) == 4:
+            for weight, W in zip(weights, args[3:]):
+                weight.copy_(W)
+        else:
+            weights[0].copy_(torch.cat(args[3:6], dim=0))  # (3E, E): rows q, k, v
+            weights[1].copy_(args[6])
+        for p in module.parameters():
+            if p.dim() == 1:
+                p.zero_()  # biases
     module.eval()
     m = _rand_mask(gen, B, L, S, fully_masked_rows=1) if mask else None
     ref = _mha_ref(*args, H, m)
-    extra = () if m is None else (m,)
+    extra = {} if m is None else {"mask": m}
     with torch.no_grad():
-        out = _call(module, *args[:3], *extra, hints=_matmul_hint)
+        out = _call(module, *args[:3], hints=_matmul_hint, **extra)
     if isinstance(out, tuple) and out and isinstance(out[0], Tensor):
         out = out[0]  # (output, weights) is accepted from a module, as nn.MultiheadAttention does
     _compare(out, ref, "output", _mha_variants(args, H, m))
