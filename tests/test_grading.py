@@ -180,6 +180,15 @@ def test_right_answer_gets_full_marks(exercise_id):
     assert feedback.assert_passed() is feedback
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x, h: torch.stack(x.chunk(h, dim=-1), dim=1),
+    lambda x, h: x.view(x.shape[0], x.shape[1], h, -1).permute(0, 2, 1, 3),
+    lambda x, h: x.unflatten(-1, (h, -1)).transpose(1, 2).contiguous(),
+])
+def test_other_right_ways_to_split_heads_pass(fn):
+    assert check("split_heads", fn).passed
+
+
 def test_module_class_gets_full_marks():
     feedback = check("multi_head_forward", GoodMHA)
     assert feedback.passed, str(feedback)
@@ -361,6 +370,21 @@ MISTAKES = [
      lambda a, b: (lambda m: (m, torch.exp(a[0] - m) * a[1] + torch.exp(b[0] - m) * b[1],
                              torch.exp(a[0] - m)[..., None] * a[2] + torch.exp(b[0] - m)[..., None] * b[2]))(
          torch.maximum(a[0], b[0])), "empty_block", "NaN"),
+    # mistakes as they appear in published tutorials
+    ("masked_softmax", lambda s, m: torch.nn.functional.softmax(s.masked_fill(~m, -1e9)), "values", "dimension 0"),
+    ("masked_softmax", lambda s, m: torch.softmax(s.masked_fill(m, -1e4), -1), "values", "polarity"),
+    ("scaled_dot_product_attention", lambda q, k, v, mask=None: good_sdpa(q, k.transpose(1, 2).transpose(-2, -1)
+                                                                           if k.dim() == 3 else k.transpose(1, 2), v, mask),
+     "heads", "LAST TWO axes"),
+    ("scaled_dot_product_attention",
+     lambda q, k, v, mask=None: good_sdpa(q * math.sqrt(q.shape[-1] / v.shape[-1]), k, v, mask), "no_mask",
+     "VALUE width"),
+    ("scaled_dot_product_attention",
+     lambda q, k, v, mask=None: torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)
+     * torch.ones(q.shape[-2], k.shape[-2]).tril() @ v, "no_mask", "largest difference"),
+    ("causal_mask", lambda L, S: torch.tril(torch.ones(8, 8))[:L, :S].bool(), "more_keys", "top left"),
+    ("causal_mask", lambda L, S: torch.tril(torch.ones(8, 8))[:L, :S], "square", "bool"),
+    ("causal_mask", lambda L, S: torch.arange(L)[:, None] >= torch.arange(S), "one_query", "top left"),
     ("kv_cache_bytes", lambda B, H, S, D, n, dt: 2 * B * H * S * D * n * 4, "values", "float16"),
     ("kv_cache_bytes", lambda B, H, S, D, n, dt: good_kv_bytes(B, H, S, D, n, dt) // 2, "values", "keys only"),
     ("kv_cache_bytes", lambda B, H, S, D, n, dt: good_kv_bytes(B, H, S, D, 1, dt), "values", "layers"),

@@ -607,6 +607,8 @@ def _sdpa_variants(q, k, v, mask):
         ("You multiplied the scores by √E; divide by it instead.", lambda: masked_softmax(raw * math.sqrt(E), m) @ v),
         ("You scaled by the square root of the key length S; the scale is 1/√E, with E the "
          "query/key width (`q.shape[-1]`).", lambda: masked_softmax(raw / math.sqrt(k.shape[-2]), m) @ v),
+        ("You scaled by the square root of the VALUE width Ev; the scale is 1/√E, with E the "
+         "query/key width (`q.shape[-1]`).", lambda: masked_softmax(raw / math.sqrt(v.shape[-1]), m) @ v),
         ("You returned the attention weights (..., L, S); return the output, weights @ v.",
          lambda: masked_softmax(scores, m)),
         ("You multiplied the values by the scores before the softmax, not by the weights.",
