@@ -1,4 +1,4 @@
-"""The tiny causal transformer: cached decoding equals recomputation, causality, the repeat task, positions."""
+"""The tiny causal transformer: cached decoding equals recomputation, causality, the repeat problem, positions."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_parameters_are_registered():
     assert "blocks.0.attn.causal" not in m.state_dict()
 
 
-def test_repeat_task_trains_quickly():
+def test_repeat_problem_trains_quickly():
     torch.manual_seed(0)
     m = TinyTransformer(8, 12, embed_dim=32, num_heads=2, num_layers=2)
     losses = train_repeat(m, steps=120, batch_size=32, half_len=6)

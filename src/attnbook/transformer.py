@@ -1,13 +1,13 @@
-"""A tiny decoder-only (causal) transformer, the task that teaches it to look back, and its training loop.
+"""A tiny decoder-only (causal) transformer, the problem that teaches it to look back, and its training loop.
 
 The model: token embedding + learned positions, then ``num_layers`` pre-norm blocks
 (``x + attention(norm(x))``, then ``x + mlp(norm(x))``), a final layer norm and a linear read-out to
 the vocabulary. The attention is :class:`attnbook.multihead.CausalSelfAttention`, so the model can
 decode with a :class:`attnbook.efficient.KVCache` per layer.
 
-The task (:func:`repeat_batch`): N random tokens followed by the same N tokens again. The first
+The problem (:func:`repeat_batch`): N random tokens followed by the same N tokens again. The first
 half cannot be predicted; the second half can be, perfectly, but only by looking back N positions:
-the task forces an induction-style attention head.
+the problem forces an attention head that looks back.
 
 Shapes:
     B batch, L tokens (new tokens when decoding with caches), S positions seen so far, E width,
@@ -222,7 +222,7 @@ class TinyTransformer(nn.Module):
         return tokens
 
 
-# ----------------------------------------------------------------------------- the repeat task
+# ----------------------------------------------------------------------------- the repeat problem
 def repeat_batch(
     batch_size: int, half_len: int, vocab_size: int, *, generator: torch.Generator | None = None
 ) -> Tensor:
@@ -264,7 +264,7 @@ def train_repeat(
     weight_decay: float = 0.01,
     seed: int = 0,
 ) -> list[float]:
-    """Train ``model`` on the repeat task with AdamW; return the loss of every step.
+    """Train ``model`` on the repeat problem with AdamW; return the loss of every step.
 
     Shapes:
         batches of tokens (batch_size, 2 * half_len)
