@@ -418,3 +418,45 @@ def test_inference_path_equals_training_path():
             without = ours(q, k, v, need_weights=True, average_attn_weights=False, **kwargs)
         torch.testing.assert_close(without[0], with_grad[0])
         torch.testing.assert_close(without[1], with_grad[1])
+
+
+# ----------------------------------------------------------------------------- properties
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@given(seed=st.integers(0, 2**16), length=st.integers(1, 7), heads=st.sampled_from([1, 2, 4]))
+def test_self_attention_is_permutation_equivariant(seed, length, heads):
+    torch.manual_seed(seed)
+    module = MultiHeadAttention(E, heads, dtype=F64).eval()
+    x = torch.randn(2, length, E, dtype=F64)
+    perm = torch.randperm(length)
+    out, _ = module(x, x, x)
+    shuffled = x[:, perm]
+    out_shuffled, _ = module(shuffled, shuffled, shuffled)
+    torch.testing.assert_close(out_shuffled, out[:, perm])
+
+
+@given(seed=st.integers(0, 2**16), lengths=st.lists(st.integers(1, S), min_size=2, max_size=2),
+       backend=st.sampled_from(["math", "sdpa"]))
+def test_changing_a_padded_key_changes_nothing(seed, lengths, backend):
+    torch.manual_seed(seed)
+    module = MultiHeadAttention(E, H, dtype=F64, backend=backend).eval()
+    q = torch.randn(2, L, E, dtype=F64)
+    memory = torch.randn(2, S, E, dtype=F64)
+    key_mask = padding_mask(lengths, max_len=S)
+    changed = memory.clone()
+    changed[~key_mask] = 1e3 * torch.randn(int((~key_mask).sum()), E, dtype=F64)
+    torch.testing.assert_close(module(q, changed, changed, key_mask=key_mask)[0],
+                               module(q, memory, memory, key_mask=key_mask)[0])
+
+
+@given(seed=st.integers(0, 2**16), length=st.integers(2, 9), cut=st.integers(1, 8))
+def test_causal_outputs_ignore_the_future(seed, length, cut):
+    torch.manual_seed(seed)
+    cut = min(cut, length - 1)
+    module = CausalSelfAttention(E, H, dtype=F64).eval()
+    x = torch.randn(1, length, E, dtype=F64)
+    changed = x.clone()
+    changed[:, cut:] = torch.randn(1, length - cut, E, dtype=F64)
+    torch.testing.assert_close(module(changed)[0][:, :cut], module(x)[0][:, :cut])

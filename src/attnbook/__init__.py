@@ -13,7 +13,10 @@ from .attention import Attention
 from .functional import attention, masked_softmax
 from .masks import causal_mask, combine_masks, padding_mask
 from .scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
+from .multihead import CausalSelfAttention, MultiHeadAttention
+from .transformer import TinyTransformer
 
 __all__ = ["attention", "masked_softmax", "causal_mask", "combine_masks", "padding_mask",
-           "Attention", "DotScore", "ScaledDotScore", "BilinearScore", "AdditiveScore"]
+           "Attention", "DotScore", "ScaledDotScore", "BilinearScore", "AdditiveScore",
+           "MultiHeadAttention", "CausalSelfAttention", "TinyTransformer"]
 __version__ = "0.1.0"
