@@ -284,7 +284,11 @@ class MultiHeadAttention(_CausalMaskBuffer):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Xavier-uniform projections and zero biases, as in ``torch.nn.MultiheadAttention``."""
+        """Xavier-uniform projections and zero biases, as in ``torch.nn.MultiheadAttention``.
+
+        Shapes:
+            in_proj_weight (3E, E) or q/k/v_proj_weight (E, E), (E, Ek), (E, Ev); in_proj_bias (3E,)
+        """
         if self._qkv_same_embed_dim:
             nn.init.xavier_uniform_(self.in_proj_weight)
         else:
@@ -309,6 +313,9 @@ class MultiHeadAttention(_CausalMaskBuffer):
         separate ``q_proj_weight``/``k_proj_weight``/``v_proj_weight`` (``kdim``/``vdim``). The
         copy is batch-first whatever ``module.batch_first`` says. ``add_bias_kv`` and
         ``add_zero_attn`` are not supported.
+
+        Shapes:
+            the copy's forward: query (B, L, E), key (B, S, Ek), value (B, S, Ev) -> (B, L, E)
         """
         if not isinstance(module, nn.MultiheadAttention):
             raise TypeError(
@@ -573,7 +580,11 @@ class CausalSelfAttention(_CausalMaskBuffer):
         )
 
     def new_cache(self, batch_size: int, max_len: int) -> KVCache:
-        """An empty :class:`KVCache` that fits this module (its heads, width, dtype and device)."""
+        """An empty :class:`KVCache` that fits this module (its heads, width, dtype and device).
+
+        Shapes:
+            -> a cache holding up to (B, H, max_len, D) keys and values
+        """
         w = self.in_proj_weight
         return KVCache(batch_size, self.num_heads, max_len, self.head_dim, dtype=w.dtype, device=w.device)
 

@@ -124,7 +124,11 @@ class TinyTransformer(nn.Module):
 
     def new_caches(self, batch_size: int, max_len: int | None = None) -> list[KVCache]:
         """One empty :class:`KVCache` per layer, for ``batch_size`` sequences of up to ``max_len``
-        positions (default: the model's ``max_len``)."""
+        positions (default: the model's ``max_len``).
+
+        Shapes:
+            -> num_layers caches, each holding up to (B, H, max_len, D)
+        """
         max_len = self.max_len if max_len is None else max_len
         if isinstance(max_len, bool) or not isinstance(max_len, int) or not 0 < max_len <= self.max_len:
             raise ValueError(
@@ -249,7 +253,8 @@ def repeat_loss(logits: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
     N = tokens.shape[1] // 2
     predicted = logits[:, N - 1 : -1]  # (B, N, V)
     target = tokens[:, N:]  # (B, N)
-    loss = F.cross_entropy(predicted.reshape(-1, predicted.shape[-1]), target.reshape(-1))
+    flat_logits, flat_target = predicted.reshape(-1, predicted.shape[-1]), target.reshape(-1)  # (B*N, V), (B*N,)
+    loss = F.cross_entropy(flat_logits, flat_target)
     accuracy = (predicted.argmax(dim=-1) == target).float().mean()
     return loss, accuracy
 
@@ -291,7 +296,11 @@ def train_repeat(
 def evaluate_repeat(
     model: TinyTransformer, *, num_sequences: int = 1000, half_len: int = 12, seed: int = 1
 ) -> tuple[float, float]:
-    """Loss and accuracy on the second half of ``num_sequences`` fresh sequences (eval mode)."""
+    """Loss and accuracy on the second half of ``num_sequences`` fresh sequences (eval mode).
+
+    Shapes:
+        tokens (num_sequences, 2 * half_len) -> loss, accuracy (floats)
+    """
     was_training = model.training
     model.eval()
     tokens = repeat_batch(num_sequences, half_len, model.vocab_size, generator=torch.Generator().manual_seed(seed))
