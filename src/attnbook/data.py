@@ -52,6 +52,9 @@ _ID = {symbol: index for index, symbol in enumerate(VOCAB)}
 def encode(text: str | Sequence[str]) -> list[int]:
     """Turn a string of digits (or a sequence of symbols) into token ids.
 
+    Shapes:
+        n symbols -> n ids
+
     >>> encode("3071")
     [6, 3, 10, 4]
     """
@@ -73,6 +76,9 @@ def decode(ids: Sequence[int] | Tensor, strip: bool = True) -> str:
     and drop PAD and SOS, so a model's output reads as its answer; without it, every symbol is
     shown, separated by spaces.
 
+    Shapes:
+        ids (T,) -> a string
+
     >>> decode([1, 6, 3, 10, 4, 2, 0])
     '3071'
     """
@@ -90,6 +96,9 @@ def decode(ids: Sequence[int] | Tensor, strip: bool = True) -> str:
 
 def to_symbols(ids: Sequence[int] | Tensor) -> list[str]:
     """The symbol of every token id, e.g. as axis labels of an attention heatmap.
+
+    Shapes:
+        ids (T,) -> T strings
 
     >>> to_symbols([1, 6, 2])
     ['<sos>', '3', '<eos>']
@@ -216,6 +225,9 @@ class ReversalTask:
         """``n`` random (source, target) pairs, lengths uniform over ``min_len..max_len``.
 
         Pass either ``seed`` (a fresh generator) or ``generator`` (to continue a stream).
+
+        Shapes:
+            -> n sources, n targets (lists of token ids, each target as long as its source)
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"ReversalTask.sample: `n` must be a positive int; got {n!r}")
@@ -225,13 +237,20 @@ class ReversalTask:
         return sources, [self.target(s) for s in sources]
 
     def sample_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
-        """One random training batch drawn from ``generator``."""
+        """One random training batch drawn from ``generator``.
+
+        Shapes:
+            -> Batch with src (batch_size, S), tgt_in and tgt_out (batch_size, S + 1)
+        """
         return make_batch(*self.sample(batch_size, generator=generator))
 
     def test_set(self, per_length: int, seed: int = 12345) -> tuple[list[list[int]], list[list[int]]]:
         """A fixed evaluation set: ``per_length`` sources of every length, shortest first.
 
         An equal number per length makes accuracy-by-length curves equally precise everywhere.
+
+        Shapes:
+            -> N = per_length * (max_len - min_len + 1) sources and as many targets
         """
         if isinstance(per_length, bool) or not isinstance(per_length, int) or per_length < 1:
             raise ValueError(

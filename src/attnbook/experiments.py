@@ -46,7 +46,11 @@ TEST_SEED = 12345
 
 
 def checkpoint_path(score: str, seed: int, data_dir: str | pathlib.Path = DATA_DIR) -> pathlib.Path:
-    """Where the checkpoint of the model with ``score`` trained with ``seed`` lives."""
+    """Where the checkpoint of the model with ``score`` trained with ``seed`` lives.
+
+    Shapes:
+        no tensors (a path)
+    """
     if score not in SCORE_NAMES:
         raise ValueError(f"checkpoint_path: `score` must be one of {SCORE_NAMES}; got {score!r}")
     return pathlib.Path(data_dir) / f"seq2seq_{score}_seed{seed}.pt"
@@ -55,7 +59,11 @@ def checkpoint_path(score: str, seed: int, data_dir: str | pathlib.Path = DATA_D
 def train_one(score: str, seed: int = 0, steps: int = 1500, hidden_dim: int = 64,
               task: ReversalTask | None = None, progress: bool = True, **train_kwargs):
     """Build the model for ``score`` with weights seeded by ``seed``, train it with batches
-    seeded by ``seed``, and return ``(model, TrainResult)``."""
+    seeded by ``seed``, and return ``(model, TrainResult)``.
+
+    Shapes:
+        training batches src (64, S), tgt_in (64, S + 1); see :func:`attnbook.train.train`
+    """
     torch.manual_seed(seed)
     model = build_model(score, hidden_dim=hidden_dim)
     result = train(model, task=task, steps=steps, seed=seed, progress=progress,
@@ -65,7 +73,11 @@ def train_one(score: str, seed: int = 0, steps: int = 1500, hidden_dim: int = 64
 
 def save_checkpoint(model: Seq2Seq, path: str | pathlib.Path, score: str, hidden_dim: int,
                     seed: int, steps: int) -> None:
-    """Save ``model``'s state_dict with the configuration needed to rebuild it."""
+    """Save ``model``'s state_dict with the configuration needed to rebuild it.
+
+    Shapes:
+        every tensor of the state_dict is saved with its own shape
+    """
     config = {"score": score, "hidden_dim": hidden_dim, "seed": seed, "steps": steps}
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     torch.save({"config": config, "state_dict": state}, path)
@@ -73,7 +85,11 @@ def save_checkpoint(model: Seq2Seq, path: str | pathlib.Path, score: str, hidden
 
 def load_checkpoint(path: str | pathlib.Path) -> tuple[Seq2Seq, dict]:
     """Rebuild a model from a checkpoint written by :func:`save_checkpoint`; returns
-    ``(model in eval mode, config)``. Loads with ``weights_only=True``."""
+    ``(model in eval mode, config)``. Loads with ``weights_only=True``.
+
+    Shapes:
+        the model maps src (B, S), src_lengths (B,) -> tokens (B, T'), as :func:`attnbook.seq2seq.build_model`
+    """
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(
@@ -89,7 +105,11 @@ def load_checkpoint(path: str | pathlib.Path) -> tuple[Seq2Seq, dict]:
 
 
 def load_results(data_dir: str | pathlib.Path = DATA_DIR) -> dict:
-    """The results JSON written by :func:`run`."""
+    """The results JSON written by :func:`run`.
+
+    Shapes:
+        no tensors: per-length lists of accuracies, one entry per source length
+    """
     path = pathlib.Path(data_dir) / RESULTS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"load_results: no results at {str(path)!r}; run `python -m attnbook.experiments`")
@@ -101,6 +121,9 @@ def run(scores: Sequence[str] = SCORE_NAMES, seeds: Sequence[int] = (0,), steps:
     """Train every (score, seed) pair, save the checkpoints and the results JSON in ``out``.
 
     An existing results file in ``out`` is updated, so seeds can be trained in separate runs.
+
+    Shapes:
+        no tensors returned: the results dict (see the module docstring)
     """
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -143,6 +166,11 @@ def run(scores: Sequence[str] = SCORE_NAMES, seeds: Sequence[int] = (0,), steps:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """The command line: ``python -m attnbook.experiments --help``.
+
+    Shapes:
+        no tensors
+    """
     parser = argparse.ArgumentParser(
         prog="python -m attnbook.experiments",
         description="Train the seq2seq models without attention and with each score; save "

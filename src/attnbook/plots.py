@@ -15,6 +15,7 @@ import numpy as np
 import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 __all__ = ["heatmap", "accuracy_by_length", "loss_curves"]
 
@@ -113,6 +114,7 @@ def accuracy_by_length(
         ax.plot(lengths, values, marker=markers[index % len(markers)], markersize=4,
                 color=palette[index], label=name)
     ax.set_ylim(-0.03, 1.03)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title)
     ax.set_xlabel("source length (digits)")
     ax.set_ylabel(ylabel or ("exact-match accuracy" if metric == "exact" else "token accuracy"))
@@ -128,7 +130,11 @@ def loss_curves(
     window: int = 1,
 ) -> Figure:
     """Training loss against step, one line per run; ``every`` is the step spacing of the
-    stored losses and ``window`` a running-mean width in stored points."""
+    stored losses and ``window`` a running-mean width in stored points.
+
+    Shapes:
+        each run: losses (N,) -> one line of N - window + 1 points
+    """
     if not isinstance(losses, Mapping) or not losses:
         raise ValueError("loss_curves: `losses` must be a non-empty dict of name -> list of losses")
     if ax is None:

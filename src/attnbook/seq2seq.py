@@ -324,7 +324,11 @@ _SCORE_MAKERS: dict[str, Callable[[int, int], nn.Module]] = {
 
 def make_score(name: str, query_dim: int = 64, key_dim: int = 64) -> nn.Module:
     """The score module called ``name`` (``"dot"``, ``"scaled_dot"``, ``"bilinear"``,
-    ``"additive"``; the additive score's hidden width is ``query_dim``)."""
+    ``"additive"``; the additive score's hidden width is ``query_dim``).
+
+    Shapes:
+        the score maps queries (B, L, query_dim), keys (B, S, key_dim) -> scores (B, L, S)
+    """
     if name not in _SCORE_MAKERS:
         raise ValueError(f"make_score: `name` must be one of {tuple(_SCORE_MAKERS)}; got {name!r}")
     return _SCORE_MAKERS[name](query_dim, key_dim)
@@ -336,6 +340,9 @@ def build_model(score: str | nn.Module | None = None, hidden_dim: int = 64,
     an attention decoder with the named score (see :data:`SCORE_NAMES`) or a given score module.
 
     The embedding width defaults to ``hidden_dim``. Seed ``torch`` first for reproducible weights.
+
+    Shapes:
+        the model maps src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V)
     """
     for name, value in (("hidden_dim", hidden_dim), ("vocab_size", vocab_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

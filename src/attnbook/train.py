@@ -216,7 +216,11 @@ def evaluate(
     targets: Sequence[Sequence[int]],
     batch_size: int = 500,
 ) -> Evaluation:
-    """Decode every source greedily and score it against its target, per source length."""
+    """Decode every source greedily and score it against its target, per source length.
+
+    Shapes:
+        N sources, N targets -> per-length lists (one entry per distinct source length)
+    """
     if len(sources) != len(targets) or len(sources) == 0:
         raise ValueError(
             f"evaluate: `sources` and `targets` must be non-empty and equally long; got "
