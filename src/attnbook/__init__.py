@@ -15,8 +15,11 @@ from .masks import causal_mask, combine_masks, padding_mask
 from .scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
 from .multihead import CausalSelfAttention, MultiHeadAttention
 from .transformer import TinyTransformer
+from .data import ReversalTask
+from .seq2seq import Seq2Seq, attention_step, build_model
 
 __all__ = ["attention", "masked_softmax", "causal_mask", "combine_masks", "padding_mask",
            "Attention", "DotScore", "ScaledDotScore", "BilinearScore", "AdditiveScore",
-           "MultiHeadAttention", "CausalSelfAttention", "TinyTransformer"]
+           "MultiHeadAttention", "CausalSelfAttention", "TinyTransformer",
+           "ReversalTask", "Seq2Seq", "attention_step", "build_model"]
 __version__ = "0.1.0"
