@@ -6,10 +6,11 @@ import math
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnbook.efficient import QUERY_BLOCK_FACTOR, KVCache, tiled_attention
+from attnbook import efficient
+from attnbook.efficient import KVCache, tiled_attention
 from attnbook.functional import attention
 from attnbook.masks import causal_mask
 from attnbook.measure import peak_memory_bytes
@@ -50,6 +51,7 @@ def _mask(kind, batch, L, S, dtype, g):
 MASK_KINDS = ["none", "keys", "bool", "bool_broadcast", "float_neginf", "float_finite"]
 
 
+@settings(max_examples=300)  # cheap cases, many combinations of sizes, masks and blocks
 @given(
     L=st.integers(1, 40),
     S=st.integers(1, 40),
@@ -58,13 +60,17 @@ MASK_KINDS = ["none", "keys", "bool", "bool_broadcast", "float_neginf", "float_f
     is_causal=st.booleans(),
     dtype=st.sampled_from([torch.float64, torch.float32]),
     batch=st.sampled_from([(), (2,), (2, 3)]),
+    tile=st.sampled_from([None, 1, 30, 200]),
     seed=st.integers(0, 2**16),
 )
-def test_tiled_attention_equals_attention(L, S, block_size, kind, is_causal, dtype, batch, seed):
+def test_tiled_attention_equals_attention(L, S, block_size, kind, is_causal, dtype, batch, tile, seed):
     q, k, v, g = _qkv(batch, L, S, 5, 3, dtype, seed)
     mask = _mask(kind, batch, L, S, dtype, g)
     expected, _ = attention(q, k, v, mask, is_causal=is_causal)
-    got = tiled_attention(q, k, v, mask, is_causal=is_causal, block_size=block_size)
+    with pytest.MonkeyPatch.context() as patch:
+        if tile is not None:  # small tiles: several blocks of queries too
+            patch.setattr(efficient, "TILE_SCORES", tile)
+        got = tiled_attention(q, k, v, mask, is_causal=is_causal, block_size=block_size)
     assert got.shape == expected.shape and got.dtype == dtype
     torch.testing.assert_close(got, expected, **TOL[dtype])
 
@@ -81,11 +87,11 @@ def test_tiled_attention_causal_when_L_differs_from_S(L, S, block_size):
         assert torch.equal(got[..., : L - S, :], torch.zeros_like(got[..., : L - S, :]))
 
 
-def test_tiled_attention_query_blocks_longer_than_one():
-    """More queries than one query block (QUERY_BLOCK_FACTOR * block_size rows) and a causal mask
-    that skips whole key blocks."""
+def test_tiled_attention_several_query_blocks(monkeypatch):
+    """More queries than one block of queries, and a causal mask that skips whole key blocks."""
     block_size = 3
-    L = 3 * QUERY_BLOCK_FACTOR * block_size + 5
+    monkeypatch.setattr(efficient, "TILE_SCORES", 8 * block_size)  # blocks of 8 queries
+    L = 3 * 8 + 5
     q, k, v, g = _qkv((2,), L, L - 7, 4, 4, torch.float64, 1)
     mask = _mask("bool", (2,), L, L - 7, torch.float64, g)
     for is_causal in (False, True):
@@ -145,9 +151,11 @@ def test_tiled_attention_gradients_equal_attention():
         torch.testing.assert_close(a, b, **TOL[torch.float64])
 
 
-def test_tiled_attention_never_holds_the_score_matrix():
+def test_tiled_attention_never_holds_the_score_matrix(monkeypatch):
     """Doubling L = S quadruples the plain path's peak memory (the L x S scores) but not the tiled
-    path's, which holds O(L) rows plus tiles of a fixed size."""
+    path's, which holds O(L) rows plus tiles of a fixed size (made small here, 128 x 128, so that
+    small L shows it)."""
+    monkeypatch.setattr(efficient, "TILE_SCORES", 128 * 128)
     peaks = {}
     for L in (1024, 2048):
         q, k, v = (torch.randn(1, 1, L, 64) for _ in range(3))

@@ -20,9 +20,9 @@ from .functional import check_attention_inputs
 
 __all__ = ["tiled_attention", "KVCache"]
 
-# tiled_attention takes queries in blocks of QUERY_BLOCK_FACTOR * block_size rows: larger
-# query blocks mean fewer Python-level steps, while each tile stays independent of L and S.
-QUERY_BLOCK_FACTOR = 8
+# tiled_attention takes as many queries at a time as make a tile of about TILE_SCORES scores
+# (4 MiB in fp32): few Python-level steps, and a tile whose size does not depend on L or S.
+TILE_SCORES = 2**20
 
 
 def _check_block_size(block_size: object) -> int:
@@ -64,9 +64,9 @@ def tiled_attention(
     accumulator ``acc = sum exp(score - m) v``; when a block raises the maximum, ``l`` and ``acc``
     are rescaled by ``exp(m_old - m_new)`` (the online softmax of Milakov and Gimelshein, as
     used by FlashAttention). At the end ``output = acc / l``. Queries are processed in blocks
-    of ``QUERY_BLOCK_FACTOR * block_size`` rows, so the largest temporary is a
-    (..., QUERY_BLOCK_FACTOR * block_size, block_size) tile, whatever L and S are. Under
-    ``is_causal`` the key blocks a query block cannot see are skipped.
+    of ``max(1, TILE_SCORES // block_size)`` rows, so the largest temporary is a tile of about
+    ``TILE_SCORES`` scores (times the leading dims), whatever L and S are. Under ``is_causal``
+    the key blocks that a block of queries cannot see are skipped.
 
     Same arguments, masks and result as :func:`attnbook.functional.attention` (without the
     weights): a bool ``mask`` is True where a query may attend, a floating ``mask`` is added to
@@ -113,13 +113,16 @@ def tiled_attention(
     Ev = v.shape[-1]
     q = q * scale  # (..., L, E): scaling the queries once is cheaper than scaling every tile
     kt = k.transpose(-2, -1)  # (..., E, S)
-    q_block = QUERY_BLOCK_FACTOR * block_size
+    q_block = max(1, TILE_SCORES // block_size)
     output = q.new_zeros((*batch, L, Ev))  # (..., L, Ev)
     for i0 in range(0, L, q_block):
         i1 = min(i0 + q_block, L)
         rows = slice(i0, i1)
         q_i = q[..., rows, :]  # (..., Lb, E)
-        m = q.new_full((*batch, i1 - i0, 1), -math.inf)  # running max (..., Lb, 1)
+        # The running maximum starts at the lowest finite number rather than -inf: a row that
+        # has met only blocked keys then gets exp(-inf - lowest) = 0 and a finite correction,
+        # never exp(-inf + inf) = NaN.
+        m = q.new_full((*batch, i1 - i0, 1), torch.finfo(q.dtype).min)  # running max (..., Lb, 1)
         l = q.new_zeros((*batch, i1 - i0, 1))  # running normaliser (..., Lb, 1)
         acc = q.new_zeros((*batch, i1 - i0, Ev))  # running weighted sum (..., Lb, Ev)
         # Under is_causal, query i sees keys j <= i + S - L: the last row of the block sees the most.
@@ -143,11 +146,9 @@ def tiled_attention(
             if allowed is not None:
                 scores = scores.masked_fill(~allowed, -math.inf)
             m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., Lb, 1)
-            # A row that has seen no allowed key yet has m_new = -inf; shift it by 0 instead,
-            # so that exp(-inf - 0) = 0 rather than exp(-inf + inf) = NaN.
-            shift = torch.where(torch.isneginf(m_new), 0.0, m_new)  # (..., Lb, 1)
-            p = torch.exp(scores - shift)  # (..., Lb, Sb), exactly 0 where blocked
-            correction = torch.exp(m - shift)  # (..., Lb, 1), rescales the old sums
+            p = (scores - m_new).exp_()  # (..., Lb, Sb), exactly 0 where blocked
+            del scores  # free the tile before the next one is made
+            correction = torch.exp(m - m_new)  # (..., Lb, 1), rescales the old sums
             l = l * correction + p.sum(dim=-1, keepdim=True)
             acc = acc * correction + torch.matmul(p, v[..., cols, :])  # (..., Lb, Ev)
             m = m_new
