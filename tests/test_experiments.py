@@ -58,9 +58,13 @@ def test_retrain_with_same_seed_reproduces_shipped_first_losses(score):
     """Two short retrains agree bit for bit, and with the losses recorded for the shipped run."""
     results = load_results()
     recorded = results["runs"][f"{score}/seed0"]["loss_every_10"]
-    torch.set_num_threads(1)
-    first, a = train_one(score, seed=0, steps=11, progress=False)
-    second, b = train_one(score, seed=0, steps=11, progress=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the script trains
+    try:
+        first, a = train_one(score, seed=0, steps=11, progress=False)
+        second, b = train_one(score, seed=0, steps=11, progress=False)
+    finally:
+        torch.set_num_threads(threads)
     assert a.losses == b.losses
     for key, value in first.state_dict().items():
         assert torch.equal(value, second.state_dict()[key]), key
