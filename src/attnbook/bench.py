@@ -18,8 +18,9 @@ What is measured (fp32, CPU, ``--threads`` threads, default 2):
 * Greedy decoding of 256 tokens by the tiny causal model with a key/value cache against
   recomputing the whole prefix for every token.
 
-Times are medians over ``--repeats`` calls after a warm-up call. Competing functions are called
-in turn within each repeat, so a burst of load from another process slows all of them alike.
+Times are medians over several calls (the repeats in ``FULL`` and ``SMOKE``) after a warm-up
+call. Competing functions are called in turn within each repeat, so a burst of load from another
+process slows all of them alike; the load average before and after is recorded with the results.
 
 Shapes:
     B batch, H heads, L queries, S keys/values, E model width, D = E / H per-head width.
@@ -35,7 +36,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -68,6 +69,7 @@ class Sizes:
     """The sizes of one run (full or smoke)."""
 
     mha_configs: Sequence[tuple[int, int, int, int]]  # (B, L=S, E, H)
+    mha_repeats: Sequence[int]  # repeats for each configuration (small ones are cheap and noisy)
     flops_length: int  # L = S for the GFLOP/s measurement
     flops_heads: tuple[int, int, int]  # (B, H, D)
     matmul_size: int  # n for an (n, n) @ (n, n) product
@@ -82,6 +84,7 @@ class Sizes:
 
 FULL = Sizes(
     mha_configs=[(8, 1024, 768, 12), (1, 256, 256, 4)],
+    mha_repeats=[5, 31],
     flops_length=2048,
     flops_heads=(1, 12, 64),
     matmul_size=2048,
@@ -96,6 +99,7 @@ FULL = Sizes(
 
 SMOKE = Sizes(
     mha_configs=[(2, 64, 64, 4), (1, 32, 32, 2)],
+    mha_repeats=[2, 2],
     flops_length=128,
     flops_heads=(1, 2, 16),
     matmul_size=128,
@@ -154,7 +158,7 @@ def bench_multihead(sizes: Sizes) -> list[dict]:
     from .multihead import MultiHeadAttention
 
     rows = []
-    for B, L, E, H in sizes.mha_configs:
+    for (B, L, E, H), repeats in zip(sizes.mha_configs, sizes.mha_repeats, strict=True):
         torch.manual_seed(0)
         reference = nn.MultiheadAttention(E, H, batch_first=True)
         math_mha = MultiHeadAttention.from_torch(reference, backend="math")
@@ -177,8 +181,9 @@ def bench_multihead(sizes: Sizes) -> list[dict]:
                 timed = {name: _no_grad(fn) for name, fn in fns.items()}
             else:
                 timed = {name: _with_backward(fn, modules[name]) for name, fn in fns.items()}
-            medians = interleaved_medians(timed, repeats=sizes.repeats)
-            rows.append({"B": B, "L": L, "S": L, "E": E, "H": H, "mode": mode, "seconds": medians})
+            medians = interleaved_medians(timed, repeats=repeats)
+            rows.append({"B": B, "L": L, "S": L, "E": E, "H": H, "mode": mode, "repeats": repeats,
+                         "seconds": medians})
     return rows
 
 
@@ -345,6 +350,7 @@ def run(sizes: Sizes, *, threads: int) -> dict:
             "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
         },
     }
+    results["sizes"] = asdict(sizes)
     results["multihead"] = bench_multihead(sizes)
     results["flops"] = bench_flops(sizes)
     results["tiled"] = bench_tiled(sizes)
