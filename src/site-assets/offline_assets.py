@@ -16,6 +16,8 @@ logger = logging.getLogger(__name__)
 
 VENDOR = "_vendor"
 REQUIRED = ["mathjax/tex-mml-chtml.js", "widgets/require.js", "widgets/paths.js", "widgets/embed-amd.js"]
+# Added to every page when the site serves its own MathJax; acts on the search page only.
+SEARCH_MATHS = "search-maths.js"
 CDN_MATHJAX = "https://cdn.jsdelivr.net/npm/mathjax@3.2.2/es5/tex-mml-chtml.js"
 CDN_WIDGETS = {
     "https://cdn.jsdelivr.net/npm/requirejs@2.3.8/require.js": {},
@@ -33,6 +35,8 @@ def vendored(confdir: str | Path) -> bool:
 
 def _use_cdn_when_not_vendored(app, config) -> None:
     if vendored(app.confdir):
+        if (Path(app.confdir) / VENDOR / SEARCH_MATHS).is_file():
+            app.add_js_file(SEARCH_MATHS)
         return
     logger.info(
         f"offline_assets: {VENDOR}/ is missing (run `make book` with npm installed); "

@@ -8,6 +8,7 @@ into a cache folder (reused while the lock file is unchanged), and the files the
     _vendor/widgets/require.js
     _vendor/widgets/paths.js           (from widgets-paths.js here: where require.js finds the manager)
     _vendor/widgets/embed-amd.js       (+ the icon fonts it loads from its own folder)
+    _vendor/search-maths.js            (from search-maths.js here: typesets maths in search results)
 
 Without npm the script says so and leaves `_vendor/` absent (or as it was): the book then loads these files
 from their CDNs (see `offline_assets.py`), which needs a network to show maths and widgets.
@@ -36,13 +37,20 @@ COPIES = [
     ("mathjax/LICENSE", "mathjax/LICENSE"),
     ("requirejs/require.js", "widgets/require.js"),
     (HERE / "widgets-paths.js", "widgets/paths.js"),
+    (HERE / "search-maths.js", "search-maths.js"),
     ("@jupyter-widgets/html-manager/dist/embed-amd.js", "widgets/embed-amd.js"),
     ("@jupyter-widgets/html-manager/dist/embed.js.LICENSE.txt", "widgets/embed-amd.js.LICENSE.txt"),
 ]
 # The embed manager loads the icon fonts from its own folder (webpack public path): copy them beside it.
 FONT_SUFFIXES = {".woff2", ".woff", ".ttf", ".eot", ".svg"}
 # What the pages need: checked after copying.
-REQUIRED = ["mathjax/tex-mml-chtml.js", "widgets/require.js", "widgets/paths.js", "widgets/embed-amd.js"]
+REQUIRED = [
+    "mathjax/tex-mml-chtml.js",
+    "widgets/require.js",
+    "widgets/paths.js",
+    "widgets/embed-amd.js",
+    "search-maths.js",
+]
 
 
 def digest(*names: str) -> str:
@@ -117,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     except subprocess.CalledProcessError as error:
         print(f"vendor: `npm ci` failed ({error}); the book falls back to the CDNs.", file=sys.stderr)
         return 1 if args.require else 0
-    copy_assets(modules, digest("package.json", "package-lock.json", "widgets-paths.js", "vendor.py"))
+    copy_assets(modules, digest("package.json", "package-lock.json", "widgets-paths.js", "search-maths.js", "vendor.py"))
     return 0
 
 

@@ -12,7 +12,7 @@ from urllib.parse import urljoin, urlsplit
 
 import pytest
 import yaml
-from site_pages import ROOT, SITE, all_pages, notebook_for, stored_widget_views, toc_pages
+from site_pages import KNOWN_CONSOLE_NOISE, ROOT, SITE, all_pages, notebook_for, stored_widget_views, toc_pages
 
 PAGES = all_pages()
 CHAPTERS = toc_pages()
@@ -231,7 +231,11 @@ def test_citations_link_to_bibliography_entries(visit, name):
 
 
 def test_search_finds_softmax(browser_context, base_url, blocked):
+    """The search page finds "softmax", its snippets show typeset maths, and nothing leaves 127.0.0.1."""
     page = browser_context.new_page()
+    errors = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
     try:
         before = len(blocked)
         page.goto(base_url + "search.html?q=softmax", wait_until="load")
@@ -240,7 +244,16 @@ def test_search_finds_softmax(browser_context, base_url, blocked):
         assert results.count() > 0
         linked = results.locator("a").evaluate_all("links => links.map(a => a.href)")
         assert linked and all(h.startswith(base_url) for h in linked), f"search results link {linked}"
+        page.wait_for_load_state("networkidle")
+        page.wait_for_timeout(500)  # the last snippets are typeset
+        text = page.evaluate(
+            """() => { const r = document.getElementById('search-results').cloneNode(true);
+                       r.querySelectorAll('mjx-container').forEach(e => e.remove());
+                       return r.textContent; }"""
+        )
+        # a snippet may cut a formula in two; a whole \(...\) left in the text was not typeset
+        assert not re.findall(r"\\\(.{1,80}?\\\)", text), f"raw TeX in the search results: {text[:500]}"
         assert blocked[before:] == []
+        assert not [e for e in errors if not any(p.search(e) for p in KNOWN_CONSOLE_NOISE)], errors
     finally:
         page.close()
-
