@@ -352,8 +352,8 @@ MISTAKES = [
                                                    "additive": Dh * (Dq + Dk) + Dh}, "additive", "forgot"),
     ("score_parameter_count", lambda Dq, Dk, Dh: {"dot": 0, "scaled_dot": 0, "bilinear": Dq + Dk,
                                                    "additive": 0}, "bilinear", "Dq·Dk"),
-    ("score_widths", {"dot", "bilinear", "additive"}, "answer", "same width"),
-    ("score_widths", {"additive"}, "answer", "(Dq, Dk)"),
+    ("score_widths", {"dot", "bilinear", "additive"}, "cannot", "same width"),
+    ("score_widths", {"additive"}, "can", "(Dq, Dk)"),
     ("qkv_projection", lambda x, a, b, c: (x @ a, x @ b, x @ c), "square", "x @ W_q.T"),
     ("qkv_projection", lambda x, a, b, c: (x @ a, x @ b, x @ c), "shapes", "(out, in)"),
     ("qkv_projection", lambda x, a, b, c: (x @ b.T, x @ a.T, x @ c.T), "square", "another weight"),
@@ -385,9 +385,9 @@ MISTAKES = [
     ("causal_mask", lambda L, S: torch.tril(torch.ones(8, 8))[:L, :S].bool(), "more_keys", "top left"),
     ("causal_mask", lambda L, S: torch.tril(torch.ones(8, 8))[:L, :S], "square", "bool"),
     ("causal_mask", lambda L, S: torch.arange(L)[:, None] >= torch.arange(S), "one_query", "top left"),
-    ("kv_cache_bytes", lambda B, H, S, D, n, dt: 2 * B * H * S * D * n * 4, "values", "float16"),
-    ("kv_cache_bytes", lambda B, H, S, D, n, dt: good_kv_bytes(B, H, S, D, n, dt) // 2, "values", "keys only"),
-    ("kv_cache_bytes", lambda B, H, S, D, n, dt: good_kv_bytes(B, H, S, D, 1, dt), "values", "layers"),
+    ("kv_cache_bytes", lambda B, H, S, D, n, dt: 2 * B * H * S * D * n * 4, "half", "float16"),
+    ("kv_cache_bytes", lambda B, H, S, D, n, dt: good_kv_bytes(B, H, S, D, n, dt) // 2, "float32", "keys only"),
+    ("kv_cache_bytes", lambda B, H, S, D, n, dt: good_kv_bytes(B, H, S, D, 1, dt), "float32", "layers"),
 ]
 
 

@@ -328,3 +328,41 @@ def test_classroom_workflow_with_nbgrader(tmp_path):
     for student in sorted(MISTAKES):
         check_named_mistakes_lose_marks_and_are_named(course, student)
     check_real_chapters_release_one_notebook_each_without_solutions(course)
+
+
+def test_chapter_exercises_are_well_formed():
+    """Static checks of every chapter's Exercises section (no nbgrader run)."""
+    import re
+
+    from attnbook import grading
+
+    with_exercises = 0
+    for chapter in toc_chapters():
+        nb = json.loads(chapter.read_text())
+        sources = ["".join(c["source"]) for c in nb["cells"]]
+        starts = [i for i, s in enumerate(sources) if s.startswith("## Exercises")]
+        if not starts:
+            continue
+        with_exercises += 1
+        summary = [i for i, s in enumerate(sources) if "## Summary" in s and nb["cells"][i]["cell_type"] == "markdown"]
+        assert summary and summary[-1] < starts[0], f"{chapter.name}: Exercises must follow the Summary"
+        ids = [m["grade_id"] for m in graded_cells(chapter)]
+        assert len(ids) == len(set(ids)), f"{chapter.name}: duplicate grade ids"
+        tests_per_solution, current = [], None
+        for cell in nb["cells"][starts[0]:]:
+            meta = cell["metadata"].get("nbgrader", {})
+            src = "".join(cell["source"])
+            if meta.get("solution"):
+                assert "hide-input" in cell["metadata"].get("tags", []), f"{chapter.name}: solution not folded"
+                assert "### BEGIN SOLUTION" in src and "### END SOLUTION" in src
+                tests_per_solution.append(0)
+            elif meta.get("grade"):
+                assert meta.get("locked") and meta.get("points", 0) > 0, f"{chapter.name}: {meta}"
+                calls = re.findall(r'check\("(\w+)", \w+, part="(\w+)"', src)
+                assert calls, f"{chapter.name}: test cell without a check(...) call"
+                for exercise_id, part in calls:
+                    assert part in grading.parts(exercise_id), f"{chapter.name}: {exercise_id}/{part}"
+                tests_per_solution[-1] += 1
+        assert len(tests_per_solution) >= 2, f"{chapter.name}: fewer than two exercises"
+        assert all(n >= 2 for n in tests_per_solution), f"{chapter.name}: an exercise with one test cell"
+    assert with_exercises >= 1

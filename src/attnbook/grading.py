@@ -1641,11 +1641,11 @@ def _(fn, gen):
 
 SW = _exercise("score_widths",
                "answer: the set of score names among {'dot', 'scaled_dot', 'bilinear', 'additive'} that "
-               "accept queries and keys of different widths (Dq != Dk).")
+               "accept queries and keys of different widths (Dq != Dk); part 'can' checks none is "
+               "missing, part 'cannot' that none is wrongly included.")
 
 
-@_part(SW, "answer")
-def _(answer, gen):
+def _sw_sets(answer) -> tuple[set, set]:
     try:
         got = {str(a).strip().lower() for a in answer}
     except TypeError:
@@ -1661,17 +1661,27 @@ def _(answer, gen):
             ref.add(name)
         except ValueError:
             pass
-    if got == ref:
-        return
-    notes = []
-    for name in sorted(got - ref):
-        notes.append(f"{name!r} cannot: a dot product pairs the i-th entry of q with the i-th entry of k, "
-                     "so both need the same width" if "dot" in name else f"{name!r} is not a score name here")
-    for name in sorted(ref - got):
-        notes.append({"bilinear": "'bilinear' can: W has shape (Dq, Dk), it maps one width to the other",
-                      "additive": "'additive' can: W_q and W_k project both into the same hidden width Dh"}
-                     [name])
-    raise _Wrong("Not quite: " + "; ".join(notes) + ".")
+    return got, ref
+
+
+@_part(SW, "can")
+def _(answer, gen):
+    got, ref = _sw_sets(answer)
+    notes = [{"bilinear": "'bilinear' can: W has shape (Dq, Dk), it maps one width to the other",
+              "additive": "'additive' can: W_q and W_k project both into the same hidden width Dh"}[name]
+             for name in sorted(ref - got)]
+    if notes:
+        raise _Wrong("Not quite: " + "; ".join(notes) + ".")
+
+
+@_part(SW, "cannot")
+def _(answer, gen):
+    got, ref = _sw_sets(answer)
+    notes = [f"{name!r} cannot: a dot product pairs the i-th entry of q with the i-th entry of k, so both "
+             "need the same width" if "dot" in name else f"{name!r} is not a score name here"
+             for name in sorted(got - ref)]
+    if notes:
+        raise _Wrong("Not quite: " + "; ".join(notes) + ".")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1859,11 +1869,19 @@ KVB = _exercise("kv_cache_bytes",
                 "of keys AND values for every layer, each (B, H, S, D) of dtype `dtype`.")
 
 
-@_part(KVB, "values")
+@_part(KVB, "float32")
 def _(fn, gen):
+    _kvb_cases(fn, ((1, 4, 16, 8, 2, torch.float32), (2, 3, 7, 5, 4, torch.float32)))
+
+
+@_part(KVB, "half")
+def _(fn, gen):
+    _kvb_cases(fn, ((2, 8, 128, 64, 12, torch.float16), (3, 2, 10, 4, 1, torch.bfloat16)))
+
+
+def _kvb_cases(fn, cases):
     from .efficient import KVCache
-    for B, H, S, D, layers, dtype in ((1, 4, 16, 8, 2, torch.float32), (2, 8, 128, 64, 12, torch.float16),
-                                      (3, 2, 10, 4, 1, torch.bfloat16)):
+    for B, H, S, D, layers, dtype in cases:
         cache = KVCache(B, H, S, D, dtype=dtype, device="cpu")
         keys, values = cache.append(torch.zeros(B, H, S, D, dtype=dtype), torch.zeros(B, H, S, D, dtype=dtype))
         per_layer = (keys.numel() + values.numel()) * keys.element_size()
