@@ -174,7 +174,7 @@ def mask_editor(scores, draw: Callable, initial=None, x_labels=None, y_labels=No
         for j in range(S):
             button = ipywidgets.ToggleButton(
                 value=bool(mask[i, j]), description=f"{y_labels[i]}→{x_labels[j]}",
-                layout=ipywidgets.Layout(width="72px"),
+                layout=ipywidgets.Layout(width="auto", min_width="72px"),
             )
 
             def on_change(change, i=i, j=j):
