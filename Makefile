@@ -66,9 +66,10 @@ serve: venv
 	@echo "Serving the book at http://127.0.0.1:$(PORT)/ (Ctrl-C to stop)"
 	$(PY) -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
 
-# Not part of `make test`: a full run takes several minutes (tests/test_bench.py runs --smoke).
+# Not part of `make test`: a full run takes a few minutes (tests/test_bench.py runs --smoke).
+# THP_MEM_ALLOC_ENABLE=1 lets PyTorch back large tensors with 2 MiB pages (fewer page faults).
 bench: venv
-	$(PY) -m attnbook.bench --threads 2
+	THP_MEM_ALLOC_ENABLE=1 $(PY) -m attnbook.bench --threads 2
 
 test: venv
 	$(MAKE) --no-print-directory unit

@@ -79,7 +79,7 @@ class Sizes:
     decode_prompt: int
     repeats: int
     repeats_long: int  # for the slowest measurements (the largest tiled lengths, decoding)
-    model: dict = field(default_factory=dict)  # TinyTransformer keyword arguments
+    models: Sequence[dict] = field(default_factory=list)  # TinyTransformer keyword arguments
 
 
 FULL = Sizes(
@@ -94,7 +94,9 @@ FULL = Sizes(
     decode_prompt=16,
     repeats=7,
     repeats_long=3,
-    model=dict(vocab_size=64, embed_dim=64, num_heads=4, num_layers=2, max_len=512),
+    # the chapters' tiny model, and a wider, deeper one
+    models=[dict(vocab_size=64, embed_dim=64, num_heads=4, num_layers=2, max_len=512),
+            dict(vocab_size=64, embed_dim=256, num_heads=4, num_layers=4, max_len=512)],
 )
 
 SMOKE = Sizes(
@@ -109,7 +111,7 @@ SMOKE = Sizes(
     decode_prompt=4,
     repeats=2,
     repeats_long=2,
-    model=dict(vocab_size=16, embed_dim=32, num_heads=2, num_layers=1, max_len=32),
+    models=[dict(vocab_size=16, embed_dim=32, num_heads=2, num_layers=1, max_len=32)],
 )
 
 
@@ -248,26 +250,30 @@ def bench_tiled(sizes: Sizes) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- KV cache
-def bench_kv_cache(sizes: Sizes) -> dict:
-    """Greedy decoding with and without the key/value cache, and whether the tokens agree."""
+def bench_kv_cache(sizes: Sizes) -> list[dict]:
+    """Greedy decoding with and without the key/value cache, and whether the tokens agree,
+    for each model size."""
     from .transformer import TinyTransformer
 
-    torch.manual_seed(0)
-    model = TinyTransformer(**sizes.model).eval()
-    prompt = torch.randint(0, sizes.model["vocab_size"], (1, sizes.decode_prompt))  # (B, L)
-    n = sizes.decode_tokens
-    with torch.inference_mode():
-        # these two runs check that both give the same tokens, and are the warm-up
-        cached = model.generate(prompt, n, use_cache=True)
-        recomputed = model.generate(prompt, n, use_cache=False)
-        medians = interleaved_medians(
-            {"cache": lambda: model.generate(prompt, n, use_cache=True),
-             "recompute": lambda: model.generate(prompt, n, use_cache=False)},
-            repeats=sizes.repeats_long,
-            warmup=0,
-        )
-    return {"tokens": n, "prompt": sizes.decode_prompt, "model": sizes.model, "seconds": medians,
-            "same_tokens": bool(torch.equal(_tokens(cached), _tokens(recomputed)))}
+    rows = []
+    for config in sizes.models:
+        torch.manual_seed(0)
+        model = TinyTransformer(**config).eval()
+        prompt = torch.randint(0, config["vocab_size"], (1, sizes.decode_prompt))  # (B, L)
+        n = sizes.decode_tokens
+        with torch.inference_mode():
+            # these two runs check that both give the same tokens, and are the warm-up
+            cached = model.generate(prompt, n, use_cache=True)
+            recomputed = model.generate(prompt, n, use_cache=False)
+            medians = interleaved_medians(
+                {"cache": lambda: model.generate(prompt, n, use_cache=True),
+                 "recompute": lambda: model.generate(prompt, n, use_cache=False)},
+                repeats=sizes.repeats_long,
+                warmup=0,
+            )
+        rows.append({"tokens": n, "prompt": sizes.decode_prompt, "model": config, "seconds": medians,
+                     "same_tokens": bool(torch.equal(_tokens(cached), _tokens(recomputed)))})
+    return rows
 
 
 def _tokens(result) -> torch.Tensor:
@@ -289,8 +295,9 @@ def _ratios(results: dict) -> dict[str, float]:
     tag = f"L=S={big['L']}"
     ratios[f"tiled_memory_vs_plain[{tag}]"] = big["peak_bytes"]["tiled"] / big["peak_bytes"]["plain"]
     ratios[f"tiled_time_vs_sdpa[{tag}]"] = big["seconds"]["tiled"] / big["seconds"]["sdpa"]
-    kv = results["kv_cache"]
-    ratios[f"kv_cache_speedup[{kv['tokens']} tokens]"] = kv["seconds"]["recompute"] / kv["seconds"]["cache"]
+    for kv in results["kv_cache"]:
+        tag = f"{kv['tokens']} tokens, E={kv['model']['embed_dim']}, {kv['model']['num_layers']} layers"
+        ratios[f"kv_cache_speedup[{tag}]"] = kv["seconds"]["recompute"] / kv["seconds"]["cache"]
     return ratios
 
 
@@ -332,10 +339,22 @@ def format_table(results: dict) -> str:
             f"| {row['L']} | " + " | ".join(f"{1e3 * t[n]:.1f}" for n in ("plain", "tiled", "sdpa"))
             + " | " + " | ".join(f"{m[n] / 2**20:.2f}" for n in ("plain", "tiled", "sdpa")) + " |"
         )
-    kv = results["kv_cache"]
-    lines += ["", f"decoding {kv['tokens']} tokens: cache {kv['seconds']['cache']:.3f} s, "
-              f"recompute {kv['seconds']['recompute']:.3f} s, same tokens: {kv['same_tokens']}"]
+    lines.append("")
+    for kv in results["kv_cache"]:
+        lines.append(
+            f"decoding {kv['tokens']} tokens, E={kv['model']['embed_dim']}, "
+            f"{kv['model']['num_layers']} layers: cache {kv['seconds']['cache']:.3f} s, "
+            f"recompute {kv['seconds']['recompute']:.3f} s, same tokens: {kv['same_tokens']}"
+        )
+    machine = results["machine"]
+    lines += ["", f"torch {machine['torch']}, {machine['threads']} threads on {machine['cpu_count']} CPUs, "
+              f"THP_MEM_ALLOC_ENABLE={machine['thp_mem_alloc_enable']}, load average before "
+              f"{_loads(machine.get('load_average'))}, after {_loads(machine.get('load_average_after'))}"]
     return "\n".join(lines)
+
+
+def _loads(loads) -> str:
+    return "n/a" if loads is None else "/".join(f"{x:.2f}" for x in loads)
 
 
 def run(sizes: Sizes, *, threads: int) -> dict:
@@ -348,6 +367,9 @@ def run(sizes: Sizes, *, threads: int) -> dict:
             "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
             "processor": platform.processor() or platform.machine(),
             "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+            # PyTorch backs allocations of 2 MiB and more with transparent huge pages when this
+            # is set (make bench sets it): far fewer page faults for fresh L x S buffers.
+            "thp_mem_alloc_enable": os.environ.get("THP_MEM_ALLOC_ENABLE", "unset"),
         },
     }
     results["sizes"] = asdict(sizes)
