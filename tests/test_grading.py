@@ -499,6 +499,7 @@ def test_not_callable_and_garbage_answers():
     assert "letters" in check("pick_causal_mask", {"square": "Z", "cache": 3}).messages[0]
     assert "letters" in check("pick_causal_mask", {"square": "", "cache": None}).messages[1]
     assert check("score_widths", 7).score == 0
+    assert check("score_widths", set()).score == 0  # an unanswered cell earns nothing
 
 
 def test_generic_message_when_no_typical_mistake_matches():

@@ -315,6 +315,28 @@ def check_real_chapters_release_one_notebook_each_without_solutions(course):
                         assert line.strip() not in text, f"{chapter.name}: solution line leaked: {line.strip()}"
         if any(c.get("grade") for c in graded_cells(chapter)):
             assert "raise NotImplementedError()" in text
+            check_unanswered_exercises_fail(path)
+
+
+def check_unanswered_exercises_fail(released: pathlib.Path):
+    """Run a released chapter's Exercises section as it is: every autograded cell must fail."""
+    nb = json.loads(released.read_text())
+    sources = ["".join(c["source"]) for c in nb["cells"]]
+    start = next(i for i, s in enumerate(sources) if s.startswith("## Exercises"))
+    namespace: dict = {"__name__": "__main__"}
+    graded = failed = 0
+    for cell, src in zip(nb["cells"][start:], sources[start:]):
+        if cell["cell_type"] != "code":
+            continue
+        is_test = cell["metadata"].get("nbgrader", {}).get("grade", False)
+        try:
+            exec(compile(src, f"<{released.stem}>", "exec"), namespace)
+        except Exception:
+            failed += is_test
+        else:
+            assert not is_test, f"{released.name}: an unanswered test cell passes:\n{src}"
+        graded += is_test
+    assert graded >= 4 and failed == graded
 
 
 def test_classroom_workflow_with_nbgrader(tmp_path):

@@ -1650,6 +1650,8 @@ def _sw_sets(answer) -> tuple[set, set]:
         got = {str(a).strip().lower() for a in answer}
     except TypeError:
         raise _Wrong(f"Your answer is {answer!r:.60}; expected a set of names such as {{'dot'}}.") from None
+    if not got:
+        raise _Wrong("Your answer is empty: put in it the names of the scores that accept Dq != Dk.")
     ref = set()
     q, k = torch.zeros(1, 2, 3), torch.zeros(1, 4, 5)
     for name, make in (("dot", lambda: _scores_module("DotScore")),
