@@ -5,37 +5,18 @@ from __future__ import annotations
 import pathlib
 import sys
 
-import yaml
+from attnbook.course import toc_chapters, toc_files as _toc_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def toc_files(toc_path: pathlib.Path = ROOT / "_toc.yml") -> list[str]:
     """Every `file:` (and the root) in _toc.yml, in order, without suffix."""
-    toc = yaml.safe_load(toc_path.read_text())
-    found = [toc["root"]]
-
-    def walk(node):
-        if isinstance(node, dict):
-            if "file" in node:
-                found.append(node["file"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk({k: v for k, v in toc.items() if k != "root"})
-    return found
+    return _toc_files(toc_path)
 
 
 def toc_notebooks() -> list[pathlib.Path]:
-    notebooks = []
-    for entry in toc_files():
-        path = ROOT / f"{entry}.ipynb"
-        if path.exists():
-            notebooks.append(path)
-    return notebooks
+    return toc_chapters(ROOT)
 
 
 if __name__ == "__main__":

@@ -39,12 +39,12 @@ def _use_venv_bin() -> None:
         os.environ["PATH"] = bin_dir + os.pathsep + path
 
 
-def toc_chapters(repo: pathlib.Path = REPO) -> list[pathlib.Path]:
-    """The chapter notebooks listed in ``_toc.yml``, in reading order."""
+def toc_files(toc_path: pathlib.Path = REPO / "_toc.yml") -> list[str]:
+    """Every page of ``_toc.yml`` (the root, then each ``file:``) in reading order, without suffix."""
     import yaml
 
-    toc = yaml.safe_load((repo / "_toc.yml").read_text())
-    files: list[str] = []
+    toc = yaml.safe_load(pathlib.Path(toc_path).read_text())
+    files: list[str] = [toc["root"]] if "root" in toc else []
 
     def walk(node):
         if isinstance(node, dict):
@@ -56,8 +56,13 @@ def toc_chapters(repo: pathlib.Path = REPO) -> list[pathlib.Path]:
             for item in node:
                 walk(item)
 
-    walk(toc.get("parts", toc.get("chapters", [])))
-    return [repo / f"{f}.ipynb" for f in files if (repo / f"{f}.ipynb").exists()]
+    walk({key: value for key, value in toc.items() if key != "root"})
+    return files
+
+
+def toc_chapters(repo: pathlib.Path = REPO) -> list[pathlib.Path]:
+    """The chapter notebooks listed in ``_toc.yml``, in reading order."""
+    return [repo / f"{f}.ipynb" for f in toc_files(repo / "_toc.yml") if (repo / f"{f}.ipynb").exists()]
 
 
 def graded_cells(notebook: pathlib.Path) -> list[dict]:

@@ -212,6 +212,39 @@ class _CausalMaskBuffer(nn.Module):
             self.causal = causal_mask(max(S, 2 * self.causal.shape[0]), device=device)
         return self.causal[S - L : S, :S]  # (L, S)
 
+    def _attend_and_project(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        allowed: Tensor | None,
+        additive: Tensor | None = None,
+        *,
+        is_causal: bool,
+        need_weights: bool,
+        average_attn_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend per head, merge the heads and apply the output projection (shared by both modules).
+
+        Shapes:
+            q (B, H, L, D), k and v (B, H, S, D) -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None
+        """
+        out, weights = multi_head_attention_core(
+            q,
+            k,
+            v,
+            allowed,
+            additive,
+            is_causal=is_causal,
+            dropout_p=self.dropout if self.training else 0.0,
+            backend=self.backend,
+            need_weights=need_weights,
+        )  # (B, H, L, D), (B, H, L, S)
+        out = self.out_proj(merge_heads(out))  # (B, L, E)
+        if weights is not None and average_attn_weights:
+            weights = weights.mean(dim=1)  # (B, L, S)
+        return out, weights
+
 
 class MultiHeadAttention(_CausalMaskBuffer):
     """Multi-head attention with the parameters of ``torch.nn.MultiheadAttention`` (batch-first).
@@ -497,21 +530,10 @@ class MultiHeadAttention(_CausalMaskBuffer):
                 causal = self._causal(L, S, query.device)  # (L, S)
                 allowed = causal if allowed is None else allowed & causal
 
-        out, weights = multi_head_attention_core(
-            q,
-            k,
-            v,
-            allowed,
-            additive,
-            is_causal=causal_flag,
-            dropout_p=self.dropout if self.training else 0.0,
-            backend=self.backend,
-            need_weights=need_weights,
-        )  # (B, H, L, D), (B, H, L, S)
-        out = self.out_proj(merge_heads(out))  # (B, L, E)
-        if weights is not None and average_attn_weights:
-            weights = weights.mean(dim=1)  # (B, L, S)
-        return out, weights
+        return self._attend_and_project(
+            q, k, v, allowed, additive, is_causal=causal_flag,
+            need_weights=need_weights, average_attn_weights=average_attn_weights,
+        )
 
 
 class CausalSelfAttention(_CausalMaskBuffer):
@@ -641,17 +663,7 @@ class CausalSelfAttention(_CausalMaskBuffer):
                 causal_flag = True
             else:
                 allowed = self._causal(L, S, x.device)  # (L, S)
-        out, weights = multi_head_attention_core(
-            q,
-            k,
-            v,
-            allowed,
-            is_causal=causal_flag,
-            dropout_p=self.dropout if self.training else 0.0,
-            backend=self.backend,
-            need_weights=need_weights,
-        )  # (B, H, L, D), (B, H, L, S)
-        out = self.out_proj(merge_heads(out))  # (B, L, E)
-        if weights is not None and average_attn_weights:
-            weights = weights.mean(dim=1)  # (B, L, S)
-        return out, weights
+        return self._attend_and_project(
+            q, k, v, allowed, is_causal=causal_flag,
+            need_weights=need_weights, average_attn_weights=average_attn_weights,
+        )
