@@ -79,14 +79,7 @@ def interact_on_axes(draw: Callable, figsize: tuple[float, float] = (6.0, 3.5), 
             plt.close(fig)
 
     widget = ipywidgets.interactive(redraw, **controls)
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-
-        if get_ipython() is not None:
-            display(widget)
-    except ImportError:  # pragma: no cover - IPython comes with ipywidgets
-        pass
+    _display_in_notebook(widget)
     return widget
 
 
@@ -186,6 +179,12 @@ def mask_editor(scores, draw: Callable, initial=None, x_labels=None, y_labels=No
         rows.append(ipywidgets.HBox(buttons))
     widget = ipywidgets.VBox([ipywidgets.Label("query → key: pressed = may attend"), *rows, output])
     redraw()
+    _display_in_notebook(widget)
+    return widget
+
+
+def _display_in_notebook(widget) -> None:
+    """Show ``widget`` when running inside IPython; do nothing elsewhere (e.g. in unit tests)."""
     try:
         from IPython import get_ipython
         from IPython.display import display
@@ -194,4 +193,3 @@ def mask_editor(scores, draw: Callable, initial=None, x_labels=None, y_labels=No
             display(widget)
     except ImportError:  # pragma: no cover - IPython comes with ipywidgets
         pass
-    return widget
