@@ -99,7 +99,11 @@ def peak_memory_bytes(fn: Callable, *args, **kwargs) -> int:
     _check_callable("peak_memory_bytes", fn)
     total = peak = 0
     for _, nbytes in memory_timeline(fn, *args, **kwargs):
-        total += nbytes
+        # A free can only give back what the call holds: freeing a tensor made before the call
+        # must not drive the count below zero (the profiler may not even know that tensor's size:
+        # it reports such frees with the size of an older block at the same address, or not at
+        # all). The price: such a free hides up to its size of what the call allocated before it.
+        total = max(0, total + nbytes)
         peak = max(peak, total)
     return peak
 
