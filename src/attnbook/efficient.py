@@ -194,9 +194,10 @@ class KVCache:
                 raise ValueError(f"KVCache: `{name}` must be a positive int; got {value!r}")
         self.batch_size, self.num_heads = batch_size, num_heads
         self.max_len, self.head_dim = max_len, head_dim
-        shape = (batch_size, num_heads, max_len, head_dim)
-        self._keys = torch.zeros(shape, dtype=dtype, device=device)  # (B, H, max_len, D)
-        self._values = torch.zeros(shape, dtype=dtype, device=device)  # (B, H, max_len, D)
+        shape = (2, batch_size, num_heads, max_len, head_dim)
+        # keys and values share one buffer, so a step that has both packed stores them in one copy
+        self._kv = torch.zeros(shape, dtype=dtype, device=device)  # (2, B, H, max_len, D)
+        self._keys, self._values = self._kv[0], self._kv[1]  # (B, H, max_len, D) each
         self.length = 0
 
     def __len__(self) -> int:
@@ -254,3 +255,17 @@ class KVCache:
         self._values[:, :, self.length : end] = v
         self.length = end
         return self.keys, self.values
+
+    def _append_packed(self, kv: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`append` for keys and values already stacked, without the checks (the caller made
+        ``kv`` from a module that fits this cache and checked the room left).
+
+        Shapes:
+            kv (2, B, H, L, D) -> keys (B, H, S, D), values (B, H, S, D)
+        """
+        start = self.length
+        end = start + kv.shape[3]
+        self._kv[:, :, :, start:end] = kv  # one copy for keys and values
+        self.length = end
+        both = self._kv[:, :, :, :end]  # (2, B, H, S, D)
+        return both[0], both[1]

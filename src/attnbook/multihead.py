@@ -152,6 +152,8 @@ def multi_head_attention_core(
         scores = torch.baddbmm(bias, q3, k3.transpose(1, 2), alpha=scale)  # (B*H, L, S)
     if scores.requires_grad:
         weights = masked_softmax(scores, None, dim=-1)  # (B*H, L, S); masking is already in the bias
+    elif scores.numel() <= 65536:  # small (a decoding step): the same kernel, without the out= dispatch
+        weights = torch.softmax(scores, -1)  # (B*H, L, S)
     else:  # nothing to differentiate: normalise in place, as PyTorch's fast path does (no new (B*H, L, S))
         weights = torch.ops.aten._softmax.out(scores, -1, False, out=scores)  # (B*H, L, S)
     if allowed is not None:
@@ -240,7 +242,10 @@ class _CausalMaskBuffer(nn.Module):
             backend=self.backend,
             need_weights=need_weights,
         )  # (B, H, L, D), (B, H, L, S)
-        out = self.out_proj(merge_heads(out))  # (B, L, E)
+        B, H, L, D = out.shape
+        out = out.transpose(1, 2).reshape(B, L, H * D)  # (B, L, E), as merge_heads
+        proj = self.out_proj
+        out = F.linear(out, proj.weight, proj.bias)  # (B, L, E), as torch.nn.MultiheadAttention does
         if weights is not None and average_attn_weights:
             weights = weights.mean(dim=1)  # (B, L, S)
         return out, weights
@@ -380,11 +385,14 @@ class MultiHeadAttention(_CausalMaskBuffer):
     # ----------------------------------------------------------------- input checks
     def _check_inputs(self, query, key, value, mask, key_mask, is_causal, need_weights, average_attn_weights):
         where = "MultiHeadAttention.forward"
-        for name, t, width, width_name in (
+        checks = (
             ("query", query, self.embed_dim, "embed_dim"),
             ("key", key, self.kdim, "kdim"),
             ("value", value, self.vdim, "vdim"),
-        ):
+        )
+        if query is key and key is value and self._qkv_same_embed_dim:
+            checks = checks[:1]  # one tensor three times: checking the query checks all three
+        for name, t, width, width_name in checks:
             if not isinstance(t, Tensor):
                 raise TypeError(f"{where}: `{name}` must be a tensor; got {type(t).__name__}")
             if t.dim() != 3:
@@ -411,9 +419,10 @@ class MultiHeadAttention(_CausalMaskBuffer):
                 f"{where}: `query` and `key` must have the same batch size B; got {_shape(query)} and {_shape(key)}"
             )
         S = key.shape[1]
-        _check_flag(where, "is_causal", is_causal)
-        _check_flag(where, "need_weights", need_weights)
-        _check_flag(where, "average_attn_weights", average_attn_weights)
+        if not (type(is_causal) is bool and type(need_weights) is bool and type(average_attn_weights) is bool):
+            _check_flag(where, "is_causal", is_causal)
+            _check_flag(where, "need_weights", need_weights)
+            _check_flag(where, "average_attn_weights", average_attn_weights)
         if need_weights and self.backend == "sdpa":
             raise ValueError(
                 f"{where}: need_weights=True, but backend='sdpa' never forms the weights "
@@ -457,13 +466,14 @@ class MultiHeadAttention(_CausalMaskBuffer):
         E, H, D = self.embed_dim, self.num_heads, self.head_dim
         B, L, S = query.shape[0], query.shape[1], key.shape[1]
         b = self.in_proj_bias
+        if self._qkv_same_embed_dim and query is key and key is value:
+            # self-attention: one matrix product for q, k and v
+            qkv = F.linear(query, self.in_proj_weight, b)  # (B, L, 3E)
+            qkv = qkv.view(B, L, 3, H, D).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)
+            return qkv[0], qkv[1], qkv[2]
         b_q, b_k, b_v = (None, None, None) if b is None else (b[:E], b[E : 2 * E], b[2 * E :])
         if self._qkv_same_embed_dim:
             w = self.in_proj_weight
-            if query is key and key is value:  # self-attention: one matrix product for q, k and v
-                qkv = F.linear(query, w, b)  # (B, L, 3E)
-                qkv = qkv.view(B, L, 3, H, D).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)
-                return qkv[0], qkv[1], qkv[2]
             q = F.linear(query, w[:E], b_q)  # (B, L, E)
             if key is value:  # keys and values from one memory: one product for both
                 kv = F.linear(key, w[E:], None if b is None else b[E:])  # (B, S, 2E)
@@ -644,18 +654,34 @@ class CausalSelfAttention(_CausalMaskBuffer):
             if cache._keys.dtype != x.dtype:
                 raise TypeError(f"{where}: `cache` holds {cache._keys.dtype}, but `x` is {x.dtype}")
         B, L, E = x.shape
-        H, D = self.num_heads, self.head_dim
         past = 0 if cache is None else len(cache)
         S = past + L
         if self.max_len is not None and S > self.max_len:
             raise ValueError(
                 f"{where}: {past} cached + {L} new = {S} positions exceed `max_len`={self.max_len}"
             )
+        return self._attend(x, cache, False, need_weights, average_attn_weights)
+
+    def _attend(
+        self, x: Tensor, cache: KVCache | None, packed: bool, need_weights: bool, average_attn_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """:meth:`forward` after its checks. ``packed``: the cache was made by :meth:`new_cache` for
+        this batch and has room (the caller checked), so keys and values go in with one copy.
+
+        Shapes:
+            x (B, L, E) -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None
+        """
+        B, L, E = x.shape
         qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)  # (B, L, 3E)
-        qkv = qkv.view(B, L, 3, H, D).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)
-        q, k, v = qkv[0], qkv[1], qkv[2]
-        if cache is not None:
-            k, v = cache.append(k, v)  # (B, H, S, D) each
+        qkv = qkv.view(B, L, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)
+        q = qkv[0]  # (B, H, L, D)
+        if cache is None:
+            k, v = qkv[1], qkv[2]  # (B, H, L, D) each
+        elif packed:
+            k, v = cache._append_packed(qkv[1:])  # (B, H, S, D) each
+        else:
+            k, v = cache.append(qkv[1], qkv[2])  # (B, H, S, D) each
+        S = k.shape[2]
 
         allowed, causal_flag = None, False
         if L > 1:  # a single new query is the last row of the mask: it sees every key

@@ -73,6 +73,31 @@ class TransformerBlock(nn.Module):
         x = x + self.mlp(self.norm2(x))  # (B, L, E)
         return x, weights
 
+    def _decode_plan(self) -> tuple:
+        """What :meth:`_decode` needs, looked up once per :meth:`TinyTransformer.generate` call."""
+        n1, n2 = self.norm1, self.norm2
+        up, act, down = tuple(self.mlp._modules.values())[:3]  # dropout, if any, is off in eval mode
+        return (
+            self.attn, n1.normalized_shape, n1.weight, n1.bias, n1.eps, n2.weight, n2.bias, n2.eps,
+            up.weight, up.bias, act.approximate, down.weight, down.bias,
+        )
+
+    @staticmethod
+    def _decode(x: Tensor, cache: KVCache | None, plan: tuple) -> Tensor:
+        """:meth:`forward` in eval mode without weights, for a decoding step whose inputs the
+        model already checked: the same operations, called directly (``plan`` from :meth:`_decode_plan`).
+
+        Shapes:
+            x (B, L, E) -> (B, L, E)
+        """
+        attn, shape, w1, b1, eps1, w2, b2, eps2, up_w, up_b, approximate, down_w, down_b = plan
+        h = F.layer_norm(x, shape, w1, b1, eps1)  # (B, L, E)
+        attended, _ = attn._attend(h, cache, cache is not None, False, False)  # (B, L, E)
+        x = x + attended  # (B, L, E)
+        h = F.layer_norm(x, shape, w2, b2, eps2)  # (B, L, E)
+        h = F.gelu(F.linear(h, up_w, up_b), approximate=approximate)  # (B, L, r*E)
+        return x + F.linear(h, down_w, down_b)  # (B, L, E)
+
 
 class TinyTransformer(nn.Module):
     """A small pre-norm causal transformer language model.
@@ -173,6 +198,35 @@ class TinyTransformer(nn.Module):
             return logits, all_weights
         return logits
 
+    def _decode_plan(self) -> tuple:
+        """What :meth:`_decode` needs, looked up once per :meth:`generate` call."""
+        n = self.norm
+        return (
+            self.token_embedding.weight, self.positions.table.weight,
+            [block._decode_plan() for block in self.blocks],
+            n.normalized_shape, n.weight, n.bias, n.eps, self.head.weight, self.head.bias,
+        )
+
+    @staticmethod
+    def _decode(tokens: Tensor, caches: list[KVCache] | None, offset: int, plan: tuple) -> Tensor:
+        """:meth:`forward` in eval mode for one step of :meth:`generate`, whose checks already
+        cover ``tokens``, ``caches`` and ``offset`` (``plan`` from :meth:`_decode_plan`).
+
+        Shapes:
+            tokens (B, L) -> logits (B, L, V)
+        """
+        embedding, table, blocks, shape, norm_w, norm_b, eps, head_w, head_b = plan
+        x = F.embedding(tokens, embedding)  # (B, L, E)
+        x = x + table[offset : offset + tokens.shape[1]]  # (B, L, E)
+        if caches is None:
+            for block in blocks:
+                x = TransformerBlock._decode(x, None, block)  # (B, L, E)
+        else:
+            for block, cache in zip(blocks, caches):
+                x = TransformerBlock._decode(x, cache, block)  # (B, L, E)
+        x = F.layer_norm(x, shape, norm_w, norm_b, eps)  # (B, L, E)
+        return F.linear(x, head_w, head_b)  # (B, L, V)
+
     @torch.no_grad()
     def generate(
         self,
@@ -210,11 +264,15 @@ class TinyTransformer(nn.Module):
             tokens = prompt.new_empty((prompt.shape[0], total))  # (B, L0 + N), filled as we go
             tokens[:, :L0] = prompt
             caches = self.new_caches(prompt.shape[0], total) if use_cache else None
+            plan = self._decode_plan()
             for step in range(num_new_tokens):
                 end = L0 + step
-                # with a cache: the prompt first, then only the newest token; without: everything
-                feed = tokens[:, (end - 1 if step else 0) if use_cache else 0 : end]  # (B, L)
-                logits = self(feed, caches=caches)[:, -1]  # (B, V)
+                if step == 0:  # the prompt, through the checked forward
+                    logits = self(tokens[:, :end], caches=caches)[:, -1]  # (B, V)
+                elif use_cache:  # only the newest token; the first step checked the rest
+                    logits = self._decode(tokens[:, end - 1 : end], caches, end - 1, plan)[:, -1]  # (B, V)
+                else:  # the whole sequence again
+                    logits = self._decode(tokens[:, :end], None, 0, plan)[:, -1]  # (B, V)
                 steps.append(logits)
                 tokens[:, end] = logits.argmax(dim=-1)  # (B,)
         finally:
