@@ -1,0 +1,332 @@
+"""Diagrams drawn from the code: each description follows the tensors it was drawn from, the drawn
+cells equal the package's own results, and every figure is legible at the column width."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from attnbook import diagrams  # noqa: E402
+from attnbook.diagrams import (  # noqa: E402
+    block_flow, decoding_steps, draw_block, draw_encoder_decoder, draw_heads, draw_kv_cache,
+    draw_online_softmax, draw_qkv, head_columns, legibility_problems, online_softmax_states,
+)
+from attnbook.efficient import tiled_attention  # noqa: E402
+from attnbook.functional import attention  # noqa: E402
+from attnbook.masks import causal_mask  # noqa: E402
+from attnbook.multihead import CausalSelfAttention, MultiHeadAttention  # noqa: E402
+from attnbook.seq2seq import build_model  # noqa: E402
+from attnbook.transformer import TinyTransformer, TransformerBlock  # noqa: E402
+
+F64 = torch.float64
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def check_figure(fig, description):
+    """What every diagram must satisfy: legible, and alt text that names every shape drawn."""
+    assert legibility_problems(fig) == []
+    alt = description.alt_text()
+    assert "\n" not in alt and alt.startswith(f"Diagram: {description.title}.")
+    for box in description.boxes.values():
+        if box.shape is not None:
+            assert box.shape_text() in alt
+    assert description.text().endswith(f"alt text: {alt}")
+
+
+# ----------------------------------------------------------------------------- Q, K, V
+@pytest.mark.parametrize("heads", [3, 4])
+def test_qkv_shapes_follow_the_module(heads):
+    B, L, E = 2, 5, 12
+    module = MultiHeadAttention(E, heads).eval()
+    fig, d = draw_qkv(module, torch.randn(B, L, E))
+    D = E // heads
+    assert d.boxes["q"].shape == (B, heads, L, D) and d.boxes["q"].letters == ("B", "H", "L", "D")
+    assert d.boxes["k"].shape == d.boxes["v"].shape == (B, heads, L, D)
+    assert d.boxes["scores"].shape == d.boxes["weights"].shape == (B, heads, L, L)
+    assert d.boxes["W_q"].shape == (E, E) and d.boxes["output"].shape == (B, L, E)
+    assert f"split into {heads} heads of D = {D} columns" in d.summary
+    assert d.facts["output equals the module's forward"] is True
+    check_figure(fig, d)
+
+
+def test_qkv_cross_attention_has_S_keys_and_the_memory_width():
+    B, L, S, E, kdim = 1, 3, 7, 8, 6
+    module = MultiHeadAttention(E, 2, kdim=kdim, vdim=kdim).eval()
+    fig, d = draw_qkv(module, torch.randn(B, L, E), torch.randn(B, S, kdim))
+    assert d.boxes["memory"].shape == (B, S, kdim) and d.boxes["W_k"].shape == (E, kdim)
+    assert d.boxes["k"].shape == (B, 2, S, E // 2) and d.boxes["scores"].shape == (B, 2, L, S)
+    assert ("memory", "W_k") in {(a.start, a.end) for a in d.arrows}
+    check_figure(fig, d)
+
+
+def test_qkv_from_three_projections_has_no_heads():
+    B, L, E, D = 2, 5, 6, 4
+    projections = [nn.Linear(E, D, bias=False) for _ in range(3)]
+    fig, d = draw_qkv(projections, torch.randn(B, L, E))
+    assert d.boxes["q"].shape == (B, L, D) and d.boxes["W_v"].shape == (D, E)
+    assert d.boxes["heads_out"].shape == (B, L, D) and "output" not in d.boxes
+    check_figure(fig, d)
+
+
+def test_qkv_refuses_bad_inputs(raises_naming):
+    with raises_naming(ValueError, "`query`", "(5, 8)"):
+        draw_qkv(MultiHeadAttention(8, 2), torch.randn(5, 8))
+    with raises_naming(TypeError, "`projections`"):
+        draw_qkv(nn.Linear(8, 8), torch.randn(1, 5, 8))
+
+
+# ----------------------------------------------------------------------------- heads
+@pytest.mark.parametrize("E, H", [(12, 3), (12, 4), (8, 1)])
+def test_heads_columns_follow_split_heads(E, H):
+    fig, d = draw_heads(torch.randn(2, 5, E), H)
+    D = E // H
+    assert d.boxes["heads"].shape == (2, H, 5, D) and d.boxes["merged"].shape == (2, 5, E)
+    assert d.facts["head_columns"] == {h: range(h * D, (h + 1) * D) for h in range(H)}
+    owners = [c // D for c in range(E)]
+    assert d.grids["x_columns"].as_tensor().tolist() == [owners]
+    assert d.grids["merged_columns"].as_tensor().tolist() == [owners]
+    check_figure(fig, d)
+
+
+def test_heads_figure_shows_a_different_split(monkeypatch):
+    """A split that interleaves the columns (head h gets h, h + H, ...) is drawn as such."""
+    import attnbook.diagrams.heads as module
+
+    def interleaved_split(x, num_heads):  # (B, L, E) -> (B, H, L, D)
+        B, L, E = x.shape
+        return x.view(B, L, E // num_heads, num_heads).permute(0, 3, 1, 2)
+
+    def interleaved_merge(x):  # (B, H, L, D) -> (B, L, E)
+        B, H, L, D = x.shape
+        return x.permute(0, 2, 3, 1).reshape(B, L, D * H)
+
+    monkeypatch.setattr(module, "split_heads", interleaved_split)
+    monkeypatch.setattr(module, "merge_heads", interleaved_merge)
+    assert head_columns(8, 2) == {0: [0, 2, 4, 6], 1: [1, 3, 5, 7]}
+    _, d = draw_heads(torch.randn(1, 3, 8), 2)
+    assert d.grids["x_columns"].values == ((0, 1, 0, 1, 0, 1, 0, 1),)
+
+
+def test_heads_refuses_a_width_the_heads_do_not_divide():
+    with pytest.raises(ValueError, match="not divisible by num_heads=3"):
+        draw_heads(torch.randn(1, 2, 8), 3)
+
+
+# ----------------------------------------------------------------------------- KV cache
+@pytest.mark.parametrize("chunks", [(3, 2, 1), (2, 2, 2), (1, 1, 1, 1)])
+def test_kv_cache_cells_are_the_causal_mask(chunks):
+    layer = CausalSelfAttention(8, 2).eval()
+    T = sum(chunks)
+    fig, d = draw_kv_cache(layer, torch.randn(1, T, 8), chunks)
+    start = 0
+    for k, n in enumerate(chunks):
+        S = start + n
+        assert torch.equal(d.grids[f"step {k}"].as_tensor(), causal_mask(n, S))  # bottom right
+        assert d.boxes[f"step {k} keys"].shape == (1, 2, S, 4)
+        start = S
+    check_figure(fig, d)
+
+
+def test_decoding_steps_replay_generate():
+    torch.manual_seed(0)
+    model = TinyTransformer(12, max_len=10, embed_dim=16, num_heads=2, num_layers=2).eval()
+    prompt = torch.randint(0, 12, (1, 4))
+    generated = model.generate(prompt, 3)
+    steps = decoding_steps(model, prompt, num_new_tokens=3, layer=1)
+    assert [s.token for s in steps] == generated[0, 4:].tolist()
+    assert [(len(s.cached), len(s.new)) for s in steps] == [(0, 4), (4, 1), (5, 1)]
+    assert steps[2].keys_shape == (1, 2, 6, 8)
+    fig, d = draw_kv_cache(model, prompt, num_new_tokens=3)
+    assert d.facts["tokens chosen"] == generated[0, 4:].tolist()
+    check_figure(fig, d)
+
+
+def test_decoding_steps_notice_a_mask_that_is_not_causal(monkeypatch):
+    """The recorded cells come from the run: a layer that lets query 0 see the future is caught."""
+    layer = CausalSelfAttention(8, 2).eval()
+    monkeypatch.setattr(layer, "_causal", lambda L, S, device: torch.ones(L, S, dtype=torch.bool))
+    with pytest.raises(AssertionError, match="not to causal_mask"):
+        decoding_steps(layer, torch.randn(1, 4, 8), (4,))
+
+
+def test_decoding_steps_refuse_bad_chunks(raises_naming):
+    with raises_naming(ValueError, "`chunks`", "T = 4"):
+        decoding_steps(CausalSelfAttention(8, 2), torch.randn(1, 4, 8), (2, 1))
+
+
+# ----------------------------------------------------------------------------- online softmax
+@pytest.mark.parametrize("block_size", [1, 3, 4, 10, 16])
+def test_online_softmax_states_end_at_the_softmax(block_size):
+    q, k, v = torch.randn(2, 3, 5, 4, dtype=F64), torch.randn(2, 3, 10, 4, dtype=F64), torch.randn(2, 3, 10, 2, dtype=F64)
+    states, output = online_softmax_states(q, k, v, block_size)
+    torch.testing.assert_close(output, tiled_attention(q, k, v, block_size=block_size))
+    torch.testing.assert_close(output, attention(q, k, v)[0])
+    assert [t.keys for t in states] == [range(j, min(j + block_size, 10)) for j in range(0, 10, block_size)]
+    scores = q @ k.transpose(-2, -1) / 2.0  # (B, H, L, S), scale 1/sqrt(4)
+    torch.testing.assert_close(states[-1].m, scores.amax(-1, keepdim=True))
+    torch.testing.assert_close(states[-1].l, (scores - states[-1].m).exp().sum(-1, keepdim=True))
+    assert torch.equal(states[0].correction, torch.zeros_like(states[0].correction))  # nothing summed yet
+    for before, after in zip(states, states[1:]):
+        assert bool((after.m >= before.m).all()) and bool((after.correction <= 1).all())
+
+
+def test_online_softmax_diagram_shows_a_raised_maximum():
+    q = torch.ones(1, 1, 1, dtype=F64)
+    k = torch.tensor([1.0, 3.0, 0.5, 4.0, 2.0, -1.0], dtype=F64).view(1, 6, 1)  # scores = keys (E = 1)
+    v = torch.randn(1, 6, 2, dtype=F64)
+    fig, d = draw_online_softmax(q, k, v, 3)
+    states = d.facts["states"]
+    assert [s["m"] for s in states] == [3.0, 4.0]
+    assert states[1]["c"] == round(torch.exp(torch.tensor(-1.0)).item(), 4)  # exp(3 - 4)
+    assert d.facts["weights"] == [round(w, 2) for w in torch.softmax(k.view(6), 0).tolist()]
+    assert d.grids["tiles"].values == ((0, 0, 0, 1, 1, 1),)
+    assert "tile 1 raises it" in d.summary
+    check_figure(fig, d)
+
+
+def test_online_softmax_states_check_tiled_attention(monkeypatch):
+    """The states are asserted to be tiled_attention's: a different tiled_attention is caught."""
+    import attnbook.diagrams.online_softmax as module
+
+    monkeypatch.setattr(module, "tiled_attention", lambda q, k, v, **kw: tiled_attention(q, k, v, **kw) + 1e-3)
+    with pytest.raises(AssertionError):
+        online_softmax_states(torch.randn(3, 4), torch.randn(6, 4), torch.randn(6, 2), 2)
+
+
+# ----------------------------------------------------------------------------- encoder-decoder
+@pytest.mark.parametrize("hidden_dim", [16, 32])
+def test_encoder_decoder_shows_greedy_decoding(hidden_dim):
+    torch.manual_seed(0)
+    model = build_model("dot", hidden_dim=hidden_dim).eval()
+    source = [3, 5, 7, 9, 11]
+    tokens, weights = model.greedy_decode(torch.tensor([source]), torch.tensor([5]))
+    fig, d = draw_encoder_decoder(model, source, step=1)
+    assert d.boxes["encoder_states"].shape == (1, 5, hidden_dim)
+    assert d.boxes["decoder_state"].shape == d.boxes["context"].shape == (1, hidden_dim)
+    assert d.facts["weights"] == [round(w, 2) for w in weights[0, 1].tolist()]
+    from attnbook.data import to_symbols
+    assert d.facts["next token"] == to_symbols([int(tokens[0, 1])])[0]
+    check_figure(fig, d)
+
+
+def test_encoder_decoder_refuses_what_it_cannot_draw(raises_naming):
+    with raises_naming(TypeError, "`model`", "without attention"):
+        draw_encoder_decoder(build_model(None, hidden_dim=8), [3, 4])
+    with raises_naming(ValueError, "`source`", "13"):
+        draw_encoder_decoder(build_model("dot", hidden_dim=8), [3] * 13)
+
+
+# ----------------------------------------------------------------------------- the block
+class PostNormBlock(nn.Module):
+    """x -> norm(x + attn(x)) -> norm(. + mlp(.)): the norms sit on the stream."""
+
+    def __init__(self, E: int) -> None:
+        super().__init__()
+        self.attn = CausalSelfAttention(E, 2)
+        self.norm1 = nn.LayerNorm(E)
+        self.mlp = nn.Linear(E, E)
+        self.norm2 = nn.LayerNorm(E)
+
+    def forward(self, x):
+        x = self.norm1(x + self.attn(x)[0])
+        return self.norm2(x + self.mlp(x))
+
+
+def test_block_flow_reads_the_forward():
+    pre = {s.name: s for s in block_flow(TransformerBlock(16, 4), torch.randn(2, 5, 16))}
+    assert [n for n, s in pre.items() if s.on_stream] == ["x", "add", "add_1", "output"]
+    assert pre["add"].inputs == ("x", "attn") and pre["norm2"].inputs == ("add",)
+    post = {s.name: s for s in block_flow(PostNormBlock(8), torch.randn(1, 3, 8))}
+    assert post["norm1"].on_stream and not post["attn"].on_stream  # post-norm: the norm is on the stream
+    no_residual = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 8))
+    assert all(s.kind != "add" for s in block_flow(no_residual, torch.randn(1, 3, 8)))
+    fig, d = draw_block(TransformerBlock(16, 4), torch.randn(2, 5, 16))
+    assert d.boxes["attn"].shape == (2, 5, 16) and d.boxes["attn"].label == "attn: CausalSelfAttention"
+    assert ("x", "add") in {(a.start, a.end) for a in d.arrows}
+    check_figure(fig, d)
+
+
+# ----------------------------------------------------------------------------- legibility
+def test_legibility_problems_finds_small_overlapping_and_clipped_text():
+    fig, ax = plt.subplots(figsize=(7.2, 2))
+    ax.text(0.5, 0.5, "one", fontsize=10, transform=ax.transAxes)
+    ax.text(0.5, 0.5, "two", fontsize=10, transform=ax.transAxes)
+    ax.text(0.1, 0.9, "tiny", fontsize=6, transform=ax.transAxes)
+    ax.text(1.2, 0.5, "outside", fontsize=10, transform=ax.transAxes)
+    problems = " ".join(legibility_problems(fig))
+    assert "'one' overlaps 'two'" in problems and "'tiny' is 6.0 pt" in problems
+    assert "'outside' runs off the figure" in problems
+    wide, _ = plt.subplots(figsize=(14.4, 2))  # shown at half size in the column
+    wide.axes[0].set_title("a title at 12 pt", fontsize=12)
+    assert any("6.0 pt at the column width" in p for p in legibility_problems(wide))
+
+
+def test_categories_differ_in_lightness_or_hatching():
+    from attnbook.diagrams.canvas import luminance, ramp
+    from attnbook.diagrams.decoding import ALLOWED, BLOCKED, CACHED, NEW
+    for a, b in [(CACHED, NEW), (ALLOWED, BLOCKED)]:
+        assert abs(luminance(a.face) - luminance(b.face)) > 0.3
+    styles = ramp(6)
+    for a, b in zip(styles, styles[1:]):
+        assert a.hatch != b.hatch and luminance(b.face) > luminance(a.face) + 0.05
+
+
+# ----------------------------------------------------------------------------- chapters
+def diagram_alt_mismatches(notebook: dict) -> list[str]:
+    """For every cell that prints a description ('alt text: ...') and glues one figure, the
+    {glue:figure}'s :alt: must be that text, word for word."""
+    printed = {}
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        keys = re.findall(r"glue\(\s*[\"']([^\"']+)[\"']\s*,\s*fig", source)
+        text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("name") == "stdout")
+        alts = re.findall(r"^alt text: (.*)$", text, flags=re.M)
+        if len(keys) == 1 and len(alts) == 1:
+            printed[keys[0]] = alts[0]
+    problems = []
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        for key, body in re.findall(r"```\{glue:figure\}\s*(\S+)\n(.*?)```", "".join(cell["source"]), flags=re.S):
+            alt = re.search(r"^:alt:\s*(.*)$", body, flags=re.M)
+            if key in printed and (alt is None or alt.group(1).strip() != printed[key]):
+                problems.append(f"{key}: the :alt: is not the printed alt text {printed[key]!r}")
+    return problems
+
+
+def test_diagram_alt_mismatches_catches_a_stale_alt():
+    cell = {"cell_type": "code", "source": ['fig, d = draw_heads(x, 2)\nprint(d)\nglue("fig-08-split", fig)'],
+            "outputs": [{"name": "stdout", "text": ["diagram: x\n", "alt text: Diagram: new words.\n"]}]}
+    markdown = {"cell_type": "markdown", "source": ["```{glue:figure} fig-08-split\n:alt: Diagram: old words.\n"
+                                                    "Caption.\n```"]}
+    assert diagram_alt_mismatches({"cells": [cell, markdown]})
+    markdown["source"] = ["```{glue:figure} fig-08-split\n:alt: Diagram: new words.\nCaption.\n```"]
+    assert diagram_alt_mismatches({"cells": [cell, markdown]}) == []
+
+
+def test_chapters_use_the_printed_alt_text_of_their_diagrams():
+    for path in sorted((ROOT / "chapters").glob("*.ipynb")):
+        assert diagram_alt_mismatches(json.loads(path.read_text())) == [], path.name
+
+
+def test_package_exports():
+    for name in diagrams.__all__:
+        assert hasattr(diagrams, name)
