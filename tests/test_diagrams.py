@@ -70,6 +70,7 @@ def test_qkv_cross_attention_has_S_keys_and_the_memory_width():
     module = MultiHeadAttention(E, 2, kdim=kdim, vdim=kdim).eval()
     fig, d = draw_qkv(module, torch.randn(B, L, E), torch.randn(B, S, kdim))
     assert d.boxes["memory"].shape == (B, S, kdim) and d.boxes["W_k"].shape == (E, kdim)
+    assert d.boxes["memory"].letters == ("B", "S", "Dk") and d.boxes["W_k"].letters == ("E", "Dk")
     assert d.boxes["k"].shape == (B, 2, S, E // 2) and d.boxes["scores"].shape == (B, 2, L, S)
     assert ("memory", "W_k") in {(a.start, a.end) for a in d.arrows}
     check_figure(fig, d)
@@ -81,6 +82,7 @@ def test_qkv_from_three_projections_has_no_heads():
     fig, d = draw_qkv(projections, torch.randn(B, L, E))
     assert d.boxes["q"].shape == (B, L, D) and d.boxes["W_v"].shape == (D, E)
     assert d.boxes["heads_out"].shape == (B, L, D) and "output" not in d.boxes
+    assert d.boxes["v"].letters == ("B", "S", "D")  # values as wide as the queries: D, not Dv
     check_figure(fig, d)
 
 

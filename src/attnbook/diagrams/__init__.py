@@ -20,7 +20,8 @@ Shapes:
 """
 
 from .block import FlowStep, block_flow, draw_block
-from .canvas import Arrow, Box, Description, Grid, legibility_problems
+from .description import Arrow, Box, Description, Grid
+from .legibility import legibility_problems
 from .decoding import DecodingStep, decoding_steps, draw_kv_cache
 from .encoder_decoder import draw_encoder_decoder
 from .heads import draw_heads, draw_qkv, head_columns

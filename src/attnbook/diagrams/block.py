@@ -22,7 +22,8 @@ from matplotlib.figure import Figure
 from torch import Tensor, fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from .canvas import OP, Canvas, Description, Style
+from .canvas import Canvas, Style
+from .description import Description
 
 __all__ = ["FlowStep", "block_flow", "draw_block"]
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import matplotlib.pyplot as plt
-import torch
 from matplotlib import colormaps
 from matplotlib.colors import to_rgb
 from matplotlib.collections import PatchCollection
@@ -26,13 +25,11 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 from matplotlib.text import Text
 
-__all__ = [
-    "COLUMN_INCHES", "MIN_POINTS", "Style", "Box", "Arrow", "Grid", "Description", "Canvas",
-    "legibility_problems", "luminance", "ramp",
-]
+from .description import Arrow, Box, Description, Grid, _letters, _tuple_text
+from .legibility import legibility_problems
 
-COLUMN_INCHES = 7.2  # the book's text column, about 720 px at the figures' 100 dpi
-MIN_POINTS = 8.0  # the smallest font a figure may show at the column width
+__all__ = ["Style", "Canvas", "luminance", "ramp"]
+
 TITLE_POINTS, LABEL_POINTS, SMALL_POINTS = 11.0, 9.0, 8.0
 INK = "#1a1a1a"
 
@@ -76,176 +73,6 @@ def ramp(n: int, low: float = 0.2, high: float = 0.95) -> list[Style]:
 
 def _hex(rgba) -> str:
     return "#" + "".join(f"{round(255 * c):02x}" for c in rgba[:3])
-
-
-def _letters(letters: str | Sequence[str] | None) -> tuple[str, ...] | None:
-    if letters is None:
-        return None
-    if isinstance(letters, str):
-        return tuple(part.strip() for part in letters.strip("()").split(","))
-    return tuple(letters)
-
-
-def _tuple_text(items: Sequence) -> str:
-    return "(" + ", ".join(str(i) for i in items) + ("," if len(items) == 1 else "") + ")"
-
-
-@dataclass(frozen=True)
-class Box:
-    """A labelled box: a tensor (with its real shape and the shape's letters), a weight matrix or
-    an operation."""
-
-    name: str
-    label: str
-    shape: tuple[int, ...] | None = None
-    letters: tuple[str, ...] | None = None
-    kind: str = "tensor"
-
-    def shape_text(self) -> str:
-        """``(B, H, L, D) = (2, 4, 5, 4)``, or just one of the two."""
-        parts = [_tuple_text(x) for x in (self.letters, self.shape) if x is not None]
-        return " = ".join(parts)
-
-    def spec(self) -> str:
-        """The label and the shape: ``q (B, H, L, D) = (2, 4, 5, 4)``."""
-        return f"{self.label} {self.shape_text()}".strip()
-
-
-@dataclass(frozen=True)
-class Arrow:
-    """An arrow from one box (or point) to another; ``strength`` is drawn as its width."""
-
-    start: str
-    end: str
-    label: str = ""
-    strength: float | None = None
-
-
-@dataclass(frozen=True)
-class Grid:
-    """A grid of cells, one value per cell (for example True where a query may attend); ``meaning``
-    says what each value stands for, ``symbols`` how the text rendering writes it."""
-
-    name: str
-    values: tuple[tuple[Any, ...], ...]
-    rows: tuple[str, ...]
-    cols: tuple[str, ...]
-    meaning: Mapping[Any, str]
-    symbols: Mapping[Any, str]
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return len(self.values), len(self.values[0]) if self.values else 0
-
-    def as_tensor(self) -> torch.Tensor:
-        """The values as a tensor (bool, int or float)."""
-        return torch.tensor([list(row) for row in self.values])
-
-    def text(self) -> str:
-        legend = ", ".join(f"{self.symbols[v]} {m}" for v, m in self.meaning.items())
-        width = max((len(r) for r in self.rows), default=0)
-        lines = [f"{self.name} {self.shape[0]} x {self.shape[1]} ({legend}):"]
-        for label, row in zip(self.rows, self.values):
-            lines.append(f"  {label:>{width}} " + " ".join(self.symbols[v] for v in row))
-        return "\n".join(lines)
-
-
-@dataclass
-class Description:
-    """What a diagram draws, as data: assert it in a notebook cell, print it as the cell's output
-    (nbval compares that text; it never compares images), and use :meth:`alt_text` as the figure's
-    alt text."""
-
-    title: str
-    summary: str
-    boxes: dict[str, Box] = field(default_factory=dict)
-    arrows: list[Arrow] = field(default_factory=list)
-    grids: dict[str, Grid] = field(default_factory=dict)
-    facts: dict[str, Any] = field(default_factory=dict)
-
-    def alt_text(self) -> str:
-        """One line for the figure's ``:alt:``: the title, what it shows, and every shape drawn."""
-        shapes = "; ".join(b.spec() for b in self.boxes.values() if b.shape)
-        text = f"Diagram: {self.title}. {self.summary}"
-        return f"{text} Shapes: {shapes}." if shapes else text
-
-    def text(self) -> str:
-        lines = [f"diagram: {self.title}"]
-        if self.boxes:
-            lines.append("boxes:")
-            width = max(len(b.name) for b in self.boxes.values())
-            lines += [f"  {b.name:<{width}}  {b.spec()}" for b in self.boxes.values()]
-        if self.arrows:
-            lines.append("arrows:")
-            for a in self.arrows:
-                extra = "" if a.strength is None else f" (strength {a.strength:.2f})"
-                lines.append(f"  {a.start} -> {a.end}" + (f": {a.label}" if a.label else "") + extra)
-        lines += [g.text() for g in self.grids.values()]
-        for key, value in self.facts.items():
-            if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-                lines.append(f"{key}:")  # a table: one row a line
-                lines += ["  " + ", ".join(f"{k} {_fact(v)}" for k, v in row.items()) for row in value]
-            else:
-                lines.append(f"{key}: {_fact(value)}")
-        lines.append(f"alt text: {self.alt_text()}")
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.text()
-
-
-def _fact(value: Any) -> str:
-    if isinstance(value, range):
-        return f"{value.start}-{value.stop - 1}"
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_fact(v)}" for k, v in value.items()) + "}"
-    return str(value)
-
-
-def _visible_texts(fig: Figure) -> list[Text]:
-    texts: list[Text] = list(fig.texts)
-    for ax in fig.axes:
-        texts += list(ax.texts) + [ax.title, ax._left_title, ax._right_title]
-        if ax.axison:
-            texts += [ax.xaxis.label, ax.yaxis.label]
-            texts += list(ax.get_xticklabels()) + list(ax.get_yticklabels())
-        legend = ax.get_legend()
-        if legend is not None:
-            texts += list(legend.get_texts()) + [legend.get_title()]
-    return [t for t in texts if t.get_visible() and t.get_text().strip()]
-
-
-def legibility_problems(fig: Figure, *, column_inches: float = COLUMN_INCHES,
-                        min_points: float = MIN_POINTS) -> list[str]:
-    """Every reason ``fig`` would be hard to read on a page whose column is ``column_inches`` wide:
-    a text smaller than ``min_points`` once a wider figure is scaled down to the column, two texts
-    that overlap or come closer than 2 px, a text that runs off the figure. Draws the figure to
-    measure the texts.
-
-    Works on any matplotlib figure (tick labels and legends included).
-    """
-    fig.draw_without_rendering()  # lays out every text (tick labels included) without rasterising
-    renderer = fig.canvas.get_renderer()
-    scale = min(1.0, column_inches / fig.get_figwidth())
-    texts = _visible_texts(fig)
-    problems = []
-    for t in texts:
-        if t.get_fontsize() * scale < min_points - 1e-9:
-            problems.append(f"{t.get_text()!r} is {t.get_fontsize() * scale:.1f} pt at the column width "
-                            f"(at least {min_points:g} pt)")
-    boxes = [t.get_window_extent(renderer) for t in texts]
-    inside = fig.bbox.padded(1.0)
-    for t, b in zip(texts, boxes):
-        if not (inside.x0 <= b.x0 and b.x1 <= inside.x1 and inside.y0 <= b.y0 and b.y1 <= inside.y1):
-            problems.append(f"{t.get_text()!r} runs off the figure")
-    for i in range(len(texts)):
-        for j in range(i + 1, len(texts)):
-            a, b = boxes[i], boxes[j]
-            if min(a.x1, b.x1) - max(a.x0, b.x0) > -2 and min(a.y1, b.y1) - max(a.y0, b.y0) > -2:
-                problems.append(f"{texts[i].get_text()!r} overlaps {texts[j].get_text()!r}")
-    return problems
 
 
 class Canvas:

@@ -25,7 +25,8 @@ from torch import Tensor
 from ..masks import causal_mask
 from ..multihead import CausalSelfAttention
 from ..transformer import TinyTransformer
-from .canvas import Canvas, Description, Style
+from .canvas import Canvas, Style
+from .description import Description
 
 __all__ = ["DecodingStep", "decoding_steps", "draw_kv_cache"]
 
@@ -167,14 +168,13 @@ def draw_kv_cache(module: CausalSelfAttention | TinyTransformer, inputs: Tensor,
     """
     where = "draw_kv_cache"
     steps = decoding_steps(module, inputs, chunks, num_new_tokens=num_new_tokens, layer=layer)
-    attn = module.blocks[layer].attn if isinstance(module, TinyTransformer) else module
-    H, D = attn.num_heads, attn.head_dim
+    H, D = steps[0].keys_shape[1], steps[0].keys_shape[3]  # the cache's (B, H, S, D)
     T = len(steps[-1].cached) + len(steps[-1].new)
     rows = sum(1 + len(s.new) for s in steps)
     if T > 16 or rows > 20:
         raise ValueError(f"{where}: {T} positions in {rows} rows do not fit the column legibly; "
                          "use at most 16 positions and fewer or shorter steps")
-    cw = min(0.3, 4.4 / T)
+    cw = min(0.3, 4.0 / T)
     ch = 0.24
     height = 1.05 + rows * ch + 0.3 * len(steps) + 0.35
     canvas = Canvas(where, title or "The key/value cache and the causal mask, step by step", 7.2, height)
@@ -194,7 +194,7 @@ def draw_kv_cache(module: CausalSelfAttention | TinyTransformer, inputs: Tensor,
         for i, q in enumerate(s.new):
             canvas.text(x0 - 0.08, y - ch * (i + 1.5), f"query at {q}", size=8, ha="right")
         if s.token is not None:
-            canvas.text(x0 + S * cw + 0.1, y - ch * (L + 0.5), f"chooses token {s.token}", size=8, ha="left")
+            canvas.text(x0 + S * cw + 0.1, y - ch * (L + 0.5), f"next: {s.token}", size=8, ha="left")
         y -= (1 + L) * ch + 0.3
     canvas.text(0.1, 0.55, "Query i of a step sees keys j ≤ i + S − L (causal_mask, aligned to the bottom right).",
                 size=8, ha="left")
@@ -206,9 +206,10 @@ def draw_kv_cache(module: CausalSelfAttention | TinyTransformer, inputs: Tensor,
                "above one row per new query whose dark cells are the keys it may attend to. "
                f"Step 0 feeds {len(first.new)} positions; query i sees keys 0 to i."
                + (" " + " ".join(f"Step {s.index} adds {len(s.new)} to {len(s.cached)} cached; its last query "
-                                 f"sees all {len(s.cached) + len(s.new)} keys"
+                                 f"sees {int(s.allowed[-1].sum())} of {len(s.cached) + len(s.new)} keys"
                                  + (f", its first sees {int(s.allowed[0].sum())}" if len(s.new) > 1 else "")
-                                 + "." for s in later) if later else ""))
+                                 + "." for s in later) if later else "")
+               + (" Beside each step, the token it chose (next)." if first.token is not None else ""))
     facts = {"allowed cells equal causal_mask(L, S) at every step": True}
     if first.token is not None:
         facts["tokens chosen"] = [s.token for s in steps]

@@ -22,7 +22,8 @@ from torch import Tensor
 from ..data import SOS, to_symbols
 from ..masks import padding_mask
 from ..seq2seq import Seq2Seq, attention_step
-from .canvas import Canvas, Description, Style, _hex
+from .canvas import Canvas, Style, _hex
+from .description import Description
 
 __all__ = ["draw_encoder_decoder"]
 
@@ -45,7 +46,7 @@ def draw_encoder_decoder(model: Seq2Seq, source: Sequence[int] | Tensor, *, step
     Returns:
         ``(figure, description)``: boxes ``source``, ``encoder_states``, ``decoder_state``,
         ``weights``, ``context``, ``next_token``; facts ``weights`` (rounded to 2 decimals),
-        ``most weight on`` and ``next token``.
+        ``most weighted state`` (``"h_j"``, j counted from 1) and ``next token``.
 
     Shapes:
         source (S,) -> encoder states (1, S, Dk), decoder state (1, Dq), weights (1, S),
@@ -135,7 +136,7 @@ def draw_encoder_decoder(model: Seq2Seq, source: Sequence[int] | Tensor, *, step
         "source": " ".join(words),
         "output step": step,
         "weights": [round(v, 2) for v in w],
-        "most weight on": f"h_{j_max + 1} (after reading {words[j_max]}), weight {w[j_max]:.2f}",
+        "most weighted state": f"h_{j_max + 1}",
         "next token": written,
         "greedy_decode agrees": True,
     }

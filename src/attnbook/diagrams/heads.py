@@ -25,7 +25,8 @@ from torch import Tensor, nn
 
 from ..functional import attention
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
-from .canvas import OP, Canvas, Description, Style, ramp
+from .canvas import Canvas, Style, ramp
+from .description import Description
 
 __all__ = ["draw_qkv", "draw_heads", "head_columns"]
 
@@ -103,19 +104,23 @@ def draw_qkv(projections: MultiHeadAttention | Sequence[nn.Linear | Tensor], que
     rows = {"q": top, "k": top - 0.9, "v": top - 1.8}
     cols = [0.6, 1.85, 3.15, 4.55, 6.15]
     size = (1.0, 0.66)
+    E = query.shape[-1]
+    k_in = "E" if key.shape[-1] == E else "Dk"  # D_k, D_v only where they differ from E
+    v_in = "E" if value.shape[-1] == E else "Dv"
     if cross:
         canvas.box("x", "x (queries)", (cols[0], rows["q"]), size, shape=query.shape, letters="B, L, E")
         canvas.box("memory", "memory", ((cols[0]), (rows["k"] + rows["v"]) / 2), size, shape=key.shape,
-                   letters="B, S, Dk")
+                   letters=f"B, S, {k_in}")
         inputs = {"q": "x", "k": "memory", "v": "memory"}
     else:
         canvas.box("x", "x", (cols[0], rows["k"]), size, shape=query.shape, letters="B, L, E")
         inputs = {"q": "x", "k": "x", "v": "x"}
-    out_letters = {"q": "E" if heads else "D", "k": "E" if heads else "D", "v": "E" if heads else "Dv"}
-    in_letters = {"q": "E", "k": "Dk" if cross else "E", "v": "Dv" if cross else "E"}
+    v_width = "D" if heads or v.shape[-1] == q.shape[-1] else "Dv"  # D_v only where it differs from D
+    out_letters = {"q": "E" if heads else "D", "k": "E" if heads else "D", "v": "E" if heads else v_width}
+    in_letters = {"q": "E", "k": k_in, "v": v_in}
     for (name, tensor), w in zip((("q", q), ("k", k), ("v", v)), weights):
         length = "L" if name == "q" else "S"
-        width = "Dv" if name == "v" and not heads else "D"
+        width = v_width if name == "v" else "D"
         canvas.box(f"W_{name}", f"W_{name}", (cols[1], rows[name]), (0.95, 0.52), shape=w.shape,
                    letters=f"{out_letters[name]}, {in_letters[name]}", kind="param", tex=f"$W_{name}$")
         canvas.arrow(inputs[name], f"W_{name}")
@@ -131,7 +136,7 @@ def draw_qkv(projections: MultiHeadAttention | Sequence[nn.Linear | Tensor], que
     canvas.box("weights", "weights", (cols[4], mid), size, shape=attn.shape, letters=f"{hl}, L, S")
     canvas.arrow("scores", "weights", label="softmax", label_xy=((cols[3] + cols[4]) / 2, mid + 0.14))
     canvas.box("heads_out", "weights · v", (cols[4], rows["v"]), size, shape=heads_out.shape,
-               letters=f"{hl}, L, {'D' if heads else 'Dv'}")
+               letters=f"{hl}, L, {v_width}")
     canvas.arrow("weights", "heads_out")
     canvas.arrow("v", "heads_out")
     torch.testing.assert_close(attn.sum(-1), torch.ones_like(attn.sum(-1)))

@@ -22,7 +22,8 @@ from torch import Tensor
 
 from ..efficient import tiled_attention
 from ..functional import attention, check_attention_inputs
-from .canvas import TENSOR, Canvas, Description, Style, ramp
+from .canvas import TENSOR, Canvas, Style, ramp
+from .description import Description
 
 __all__ = ["TileState", "online_softmax_states", "draw_online_softmax"]
 
