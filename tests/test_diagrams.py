@@ -265,6 +265,13 @@ def test_block_flow_reads_the_forward():
 
 
 # ----------------------------------------------------------------------------- legibility
+def test_diagrams_refuse_what_would_not_fit(raises_naming):
+    with raises_naming(ValueError, "draw_kv_cache", "17 positions"):
+        draw_kv_cache(CausalSelfAttention(8, 2), torch.randn(1, 17, 8), (17,))
+    with raises_naming(ValueError, "draw_online_softmax", "15 keys"):
+        draw_online_softmax(torch.randn(1, 4), torch.randn(15, 4), torch.randn(15, 2), 5)
+
+
 def test_legibility_problems_finds_small_overlapping_and_clipped_text():
     fig, ax = plt.subplots(figsize=(7.2, 2))
     ax.text(0.5, 0.5, "one", fontsize=10, transform=ax.transAxes)

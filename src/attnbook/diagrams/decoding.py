@@ -79,7 +79,9 @@ def decoding_steps(module: CausalSelfAttention | TinyTransformer, inputs: Tensor
       through the model's forward with caches (the prompt, then one token a step), recording
       the weights of ``layer``, and must choose the same tokens.
 
-    Every step's allowed cells must equal ``causal_mask(L, S)``.
+    Every step's allowed cells must equal ``causal_mask(L, S)``. A key counts as seen when its
+    weight is above zero; a weight that underflows to exactly 0 (a score more than about 100 below
+    the row's largest, in float32) would be reported as a mismatch, never drawn silently.
 
     Shapes:
         x (1, T, E) or prompt (1, L0) -> one step per chunk, allowed (L, S) each
