@@ -121,7 +121,7 @@ def draw_qkv(projections: MultiHeadAttention | Sequence[nn.Linear | Tensor], que
     for (name, tensor), w in zip((("q", q), ("k", k), ("v", v)), weights):
         length = "L" if name == "q" else "S"
         width = v_width if name == "v" else "D"
-        canvas.box(f"W_{name}", f"W_{name}", (cols[1], rows[name]), (0.95, 0.52), shape=w.shape,
+        canvas.box(f"W_{name}", f"W_{name}", (cols[1], rows[name]), (0.95, 0.62), shape=w.shape,
                    letters=f"{out_letters[name]}, {in_letters[name]}", kind="param", tex=f"$W_{name}$")
         canvas.arrow(inputs[name], f"W_{name}")
         source = "x" if inputs[name] == "x" else "m"
