@@ -218,7 +218,7 @@ def accuracy_by_length(
         raise ValueError("accuracy_by_length: `results` must be a non-empty dict of name -> evaluation; "
                          f"got {type(results).__name__}")
     if ax is None:
-        fig, ax = plt.subplots(figsize=(6.0, 3.8))
+        fig, ax = plt.subplots(figsize=(6.4, 3.8))
     else:
         fig = ax.figure
     for index, (name, value) in enumerate(results.items()):
@@ -255,7 +255,7 @@ def loss_curves(
     if not isinstance(losses, Mapping) or not losses:
         raise ValueError("loss_curves: `losses` must be a non-empty dict of name -> list of losses")
     if ax is None:
-        fig, ax = plt.subplots(figsize=(6.0, 3.6))
+        fig, ax = plt.subplots(figsize=(6.4, 3.6))
     else:
         fig = ax.figure
     for index, (name, values) in enumerate(losses.items()):

@@ -77,9 +77,13 @@ def move_every_input(page, control_id: str, settings: list[dict]) -> None:
 
 
 @pytest.fixture(scope="module")
-def demo_page(browser, tmp_path_factory):
-    site = build_demo_site(tmp_path_factory.mktemp("demo-site"))
-    with serve(site) as base:
+def demo_site(tmp_path_factory):
+    return build_demo_site(tmp_path_factory.mktemp("demo-site"))
+
+
+@pytest.fixture(scope="module")
+def demo_page(browser, demo_site):
+    with serve(demo_site) as base:
         context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
         context.route("**/*", lambda r: r.continue_() if r.request.url.startswith(base) else r.abort())
         page = context.new_page()
@@ -107,9 +111,8 @@ def test_demo_control_moves_with_mouse_and_keyboard(demo_page):
     assert not errors, errors
 
 
-def test_demo_control_without_script_shows_the_initial_setting(browser, tmp_path_factory):
-    site = build_demo_site(tmp_path_factory.mktemp("demo-noscript"))
-    with serve(site) as base:
+def test_demo_control_without_script_shows_the_initial_setting(browser, demo_site):
+    with serve(demo_site) as base:
         context = browser.new_context(java_script_enabled=False)
         try:
             page = context.new_page()
