@@ -1,29 +1,77 @@
-"""glue() hands Python numbers to MyST-NB, so that `{glue:text}`name:.2f`` can format them."""
+"""glue() hands Python numbers to MyST-NB, so that `{glue:text}`name:.2f`` can format them, and
+stores each figure with its legibility report; claim() and claims() tie assertions to glue keys."""
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-import torch
+import matplotlib
 
-import attnbook.notebook as notebook
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import attnbook.notebook as notebook  # noqa: E402
+
+
+@pytest.fixture
+def published(monkeypatch):
+    """What glue displays: a list of (bundle, metadata)."""
+    import IPython.display
+
+    seen = []
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda bundle, raw=False, metadata=None: seen.append((bundle, metadata)))
+    return seen
 
 
 @pytest.mark.parametrize("value", [np.float64(0.25), np.float32(0.25), torch.tensor(0.25), np.array(0.25)])
-def test_glue_turns_scalars_into_python_numbers(monkeypatch, value):
-    import myst_nb
-
-    seen = {}
-    monkeypatch.setattr(myst_nb, "glue", lambda name, v, display=False: seen.update({name: v}))
+def test_glue_turns_scalars_into_python_numbers(published, value):
     notebook.glue("x", value)
-    assert type(seen["x"]) is float and seen["x"] == 0.25
-    assert f"{float(repr(seen['x'])):.2f}" == "0.25"
+    (bundle, metadata), = published
+    assert metadata["scrapbook"] == {"name": "x", "mime_prefix": "application/papermill.record/"}
+    assert bundle == {"application/papermill.record/text/plain": "0.25"}  # a float's repr, not tensor(0.25)
 
 
-def test_glue_leaves_arrays_alone(monkeypatch):
-    import myst_nb
-
-    seen = {}
-    monkeypatch.setattr(myst_nb, "glue", lambda name, v, display=False: seen.update({name: v}))
+def test_glue_leaves_arrays_alone(published):
     notebook.glue("a", np.arange(3))
-    assert isinstance(seen["a"], np.ndarray)
+    (bundle, _), = published
+    assert bundle["application/papermill.record/text/plain"] == "array([0, 1, 2])"
+
+
+def test_glue_stores_a_figure_with_its_legibility_report(published):
+    from IPython.core.interactiveshell import InteractiveShell
+    from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+    InteractiveShell.instance()
+    set_matplotlib_formats("png")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3))  # three panels across 15 inches: text too small
+    for ax in axes:
+        ax.plot([0, 1], [0, 1])
+        ax.set(title="t", xlabel="x", ylabel="y")
+    notebook.glue("fig-wide", fig)
+    (bundle, metadata), = published
+    assert "application/papermill.record/image/png" in bundle
+    report = metadata["attnbook"]["figure"]
+    assert report["png_px"][0] > 1000 and report["page_px"] == 608
+    assert any("under 8 pt" in p for p in report["problems"])
+    assert fig.number not in plt.get_fignums()  # closed, so that it is not shown twice
+
+
+def test_claim_passes_and_fails_with_the_key(raises_naming):
+    notebook.claim("fig-a", torch.tensor([1.0, 2.0]).gt(0).all())
+    with raises_naming(AssertionError, "'fig-a'", "each row"):
+        notebook.claim("fig-a", False, "each row")
+    with raises_naming(TypeError, "'fig-a'", "one truth value", "(2,)"):
+        notebook.claim("fig-a", torch.tensor([True, False]))
+    with raises_naming(ValueError, "`key`"):
+        notebook.claim("", True)
+
+
+def test_claims_names_the_key_of_a_failing_block(raises_naming):
+    with notebook.claims("fig-b"):
+        torch.testing.assert_close(torch.ones(2), torch.ones(2))
+    with raises_naming(AssertionError, "'fig-b'"):
+        with notebook.claims("fig-b"):
+            torch.testing.assert_close(torch.ones(2), torch.zeros(2))

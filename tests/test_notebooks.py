@@ -3,7 +3,12 @@
 For each notebook: it is valid nbformat; it was executed top to bottom with no stored error; its
 first cell is the Colab-only install cell; it imports attnbook and never redefines a public name
 of the package (outside nbgrader solution cells); every glue reference has a glue() call; it has a
-"## Summary"; every figure it shows is a glued, numbered figure with alt text.
+"## Summary"; every figure it shows is a glued, numbered figure with alt text (or a setting of a
+control made by attnbook.widgets.explore).
+
+The book's other rules for the chapters have tests of their own: claims tied to figures
+(test_claims.py), notation (test_notation.py), reading order (test_reading_order.py), check cells,
+line widths and controls (test_cells.py), legible figures (test_figures.py).
 
 A planned notebook that does not exist yet is skipped (named in the skip reason); once the file is
 there, every check runs on it.
@@ -46,6 +51,30 @@ def notebook(entry: str) -> nbformat.NotebookNode:
             pytest.skip(f"{page.relative_to(ROOT)} is a page, not a notebook")
         pytest.skip(f"{entry}.ipynb (listed in _toc.yml) does not exist yet")
     return _load(entry)
+
+
+def notebook_or_none(entry: str):
+    """The notebook of a _toc.yml entry, or None when the entry is a page or does not exist yet."""
+    path = ROOT / f"{entry}.ipynb"
+    return _load(entry) if path.exists() else None
+
+
+def first_line(cell) -> str:
+    """The cell's first non-empty line, stripped: a key for the cell that survives edits elsewhere."""
+    return next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+
+
+def allowed(cell, rule: str) -> bool:
+    """A justified exception: the cell's metadata says ``{"attnbook": {"allow": {rule: reason}}}``
+    with a non-empty reason."""
+    reason = cell.metadata.get("attnbook", {}).get("allow", {}).get(rule)
+    return isinstance(reason, str) and bool(reason.strip())
+
+
+def is_nbgrader(cell) -> bool:
+    """An exercise's solution or test cell."""
+    meta = cell.metadata.get("nbgrader", {})
+    return bool(meta.get("solution") or meta.get("grade"))
 
 
 def where(entry: str, index: int, cell) -> str:
@@ -309,8 +338,8 @@ def check_figures(entry, nb):
             continue
         for output in cell.get("outputs", []):
             images = [m for m in output.get("data", {}) if _is_image(m)]
-            if not images:
-                continue
+            if not images or output.get("metadata", {}).get("attnbook", {}).get("control"):
+                continue  # a setting of a precomputed control: tests/test_cells.py checks those
             glued = output.get("metadata", {}).get("scrapbook", {}).get("name")
             if glued is None:
                 problems.append(

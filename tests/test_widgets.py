@@ -80,3 +80,126 @@ def test_small_multiples_rejects_bad_settings(raises_naming):
         small_multiples(lambda ax: None, [])
     with raises_naming(ValueError, "`settings`"):
         small_multiples(lambda ax, d: None, [4, 64])
+
+
+# --- explore: one call, a live control in a kernel, precomputed settings for the website ---------
+
+import base64  # noqa: E402
+
+import nbformat  # noqa: E402
+
+from attnbook.plots import png_size  # noqa: E402
+from attnbook.widgets import MAX_STATES, Explorer, dropdown, precomputing, slider  # noqa: E402
+
+
+def _draw_bars(ax, D, kind="unscaled"):
+    heights = [D % 7 + 1, 3, 2] if kind == "unscaled" else [1, 2, D % 5 + 1]
+    ax.bar(range(3), heights, label=kind)
+    ax.set(title=f"D = {D}, {kind}", xlabel="key", ylabel="weight")
+
+
+def _explorer(**kwargs):
+    return Explorer(
+        _draw_bars,
+        slider("D", [1, 4, 16], value=4, label="width D"),
+        dropdown("kind", ["unscaled", "scaled"], label="score"),
+        alt=lambda D, kind: f"Bars of the {kind} weights at width D = {D}.",
+        name="ctl-test", **kwargs,
+    )
+
+
+def test_controls_describe_their_options(raises_naming):
+    s = slider("D", [1, 2, 4, 8])
+    assert s.value == 4 and s.index == 2 and s.labels == ("1", "2", "4", "8") and s.kind == "slider"
+    d = dropdown("head", [0, 1, 2], label="head", format=lambda h: f"head {h}")
+    assert d.value == 0 and d.labels == ("head 0", "head 1", "head 2") and d.spec()["kind"] == "dropdown"
+    with raises_naming(ValueError, "`value`", "[1, 2]"):
+        slider("D", [1, 2], value=3)
+    with raises_naming(ValueError, "`options`"):
+        dropdown("x", [])
+    with raises_naming(ValueError, "`name`"):
+        slider("not a name", [1, 2])
+
+
+def test_explorer_settings_cover_every_combination():
+    e = _explorer()
+    assert e.settings == [{"D": D, "kind": k} for D in (1, 4, 16) for k in ("unscaled", "scaled")]
+    assert e.initial == {"D": 4, "kind": "unscaled"}
+    assert e.indices({"D": 16, "kind": "scaled"}) == [2, 1]
+
+
+def test_explorer_refuses_what_cannot_be_precomputed(raises_naming):
+    with raises_naming(ValueError, f"than {MAX_STATES}"):
+        Explorer(_draw_bars, slider("D", list(range(9))), dropdown("kind", list(range(8))), alt="x")
+    with raises_naming(TypeError, "slider() or dropdown()"):
+        Explorer(_draw_bars, power_of_two_slider("D", 1, 4), alt="x")
+    with raises_naming(ValueError, "every setting needs alt text"):
+        Explorer(_draw_bars, slider("D", [1, 2]), alt=lambda D: "").state_outputs()
+
+
+def test_state_outputs_store_each_setting_with_the_same_draw():
+    e = _explorer()
+    outputs = e.state_outputs()
+    assert len(outputs) == 6
+    for state, (output, setting) in enumerate(zip(outputs, e.settings)):
+        nbformat.validate(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x", outputs=[output])]))
+        control = output["metadata"]["attnbook"]["control"]
+        assert control["id"] == "ctl-test" and control["state"] == state
+        assert control["indices"] == e.indices(setting)
+        assert control["alt"] == f"Bars of the {setting['kind']} weights at width D = {setting['D']}."
+        assert [c["name"] for c in control["controls"]] == ["D", "kind"] and control["controls"][0]["value"] == 1
+        png = base64.b64decode(output["data"]["image/png"])
+        assert png == e.png(**setting)  # the stored picture is the one draw makes for this setting
+        assert control["figure"]["png_px"] == list(png_size(png)) and control["figure"]["problems"] == []
+        assert set(output["data"]) == {"image/png"}  # nothing nbval would compare as text
+    assert len({o["data"]["image/png"] for o in outputs}) == 6  # every setting looks different
+
+
+def test_live_widget_redraws_with_the_same_draw():
+    e = _explorer()
+    widget = e.widget()
+    D, kind, image = widget.children
+    assert D.description == "width D" and kind.description == "score"
+    assert image.value == e.png(D=4, kind="unscaled")
+    D.value = 16
+    kind.value = "scaled"
+    assert image.value == e.png(D=16, kind="scaled")
+    assert image.tooltip == "Bars of the scaled weights at width D = 16."
+
+
+def test_precomputing_follows_the_environment(monkeypatch, raises_naming):
+    monkeypatch.delenv("ATTNBOOK_CONTROLS", raising=False)
+    assert precomputing() is False  # no kernel here
+    monkeypatch.setenv("ATTNBOOK_CONTROLS", "precomputed")
+    assert precomputing() is True
+    monkeypatch.setenv("ATTNBOOK_CONTROLS", "live")
+    assert precomputing() is False
+    monkeypatch.setenv("ATTNBOOK_CONTROLS", "sometimes")
+    with raises_naming(ValueError, "ATTNBOOK_CONTROLS", "'sometimes'"):
+        precomputing()
+
+
+def test_a_headless_kernel_stores_the_settings_and_no_live_widget(tmp_path):
+    """What `make execute` and nbval do: a real kernel, run without stdin."""
+    from nbclient import NotebookClient
+
+    v4 = nbformat.v4
+    nb = v4.new_notebook(cells=[
+        v4.new_code_cell(
+            "import matplotlib\n"
+            "from attnbook.notebook import setup\n"
+            "from attnbook.widgets import explore, mask_editor, slider\n"
+            "import torch\n"
+            "setup()\n"
+            "def draw(ax, D):\n"
+            "    ax.plot([0, 1], [0, D]); ax.set(title=f'D = {D}', xlabel='x', ylabel='y')\n"
+        ),
+        v4.new_code_cell("explore(draw, slider('D', [1, 2, 3]), alt='A line of slope {D}.', name='ctl-k')"),
+        v4.new_code_cell("editor = mask_editor(torch.zeros(2, 2), lambda ax, mask: ax.imshow(mask))"),
+    ])
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = nb.cells[1].outputs
+    assert [o["metadata"]["attnbook"]["control"]["alt"] for o in outputs] == [
+        "A line of slope 1.", "A line of slope 2.", "A line of slope 3."]
+    assert all(set(o["data"]) == {"image/png"} for o in outputs)
+    assert nb.cells[2].outputs == []  # the mask editor is live only: nothing stored for the website

@@ -7,8 +7,13 @@ into a cache folder (reused while the lock file is unchanged), and the files the
     _vendor/mathjax/tex-mml-chtml.js   (+ the rest of MathJax's es5/ build: fonts, extensions)
     _vendor/widgets/require.js
     _vendor/widgets/paths.js           (from widgets-paths.js here: where require.js finds the manager)
-    _vendor/widgets/embed-amd.js       (+ the icon fonts it loads from its own folder)
+    _vendor/widgets/embed-amd.js       (+ the icon fonts it loads from its own folder), patched: see below
     _vendor/search-maths.js            (from search-maths.js here: typesets maths in search results)
+
+The widget manager typesets widget labels with MathJax 2's API, `MathJax.Hub.Queue(["Typeset",
+MathJax.Hub, el])`, which MathJax 3 no longer has (every page with a widget logged "Cannot read
+properties of undefined (reading 'Queue')"). The copy served calls MathJax 3's `typesetPromise([el])`
+there instead, once MathJax has started, and MathJax 2's API where it exists (see `patch_widget_manager`).
 
 Without npm the script says so and leaves `_vendor/` absent (or as it was): the book then loads these files
 from their CDNs (see `offline_assets.py`), which needs a network to show maths and widgets.
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
@@ -51,6 +57,26 @@ REQUIRED = [
     "widgets/embed-amd.js",
     "search-maths.js",
 ]
+
+
+# The widget manager's `typeset` helper (three bundled copies of @jupyter-widgets/controls' utils).
+MATHJAX2_TYPESET = re.compile(r'MathJax\.Hub\.Queue\(\["Typeset",MathJax\.Hub,(\w+)\]\)')
+MATHJAX2_TYPESET_COPIES = 3
+
+
+def patch_widget_manager(source: str) -> str:
+    """Make the embed manager's MathJax 2 calls work under MathJax 3 (and still under MathJax 2)."""
+    patched, count = MATHJAX2_TYPESET.subn(
+        lambda m: (f'(MathJax.Hub?MathJax.Hub.Queue(["Typeset",MathJax.Hub,{m.group(1)}]):'
+                   f'MathJax.typesetPromise&&MathJax.typesetPromise([{m.group(1)}]))'),
+        source,
+    )
+    if count != MATHJAX2_TYPESET_COPIES:
+        raise SystemExit(
+            f"vendor: expected {MATHJAX2_TYPESET_COPIES} MathJax 2 typeset calls in embed-amd.js, found {count}; "
+            "the widget manager changed: check patch_widget_manager against the new version"
+        )
+    return patched
 
 
 def digest(*names: str) -> str:
@@ -90,6 +116,8 @@ def copy_assets(modules: Path, wanted: str) -> None:
             shutil.copytree(source, target, dirs_exist_ok=True)
         else:
             shutil.copy2(source, target)
+    manager = tmp / "widgets" / "embed-amd.js"
+    manager.write_text(patch_widget_manager(manager.read_text(encoding="utf-8")), encoding="utf-8")
     dist = modules / "@jupyter-widgets/html-manager/dist"
     for font in sorted(dist.iterdir()):
         if font.suffix in FONT_SUFFIXES:
@@ -125,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     except subprocess.CalledProcessError as error:
         print(f"vendor: `npm ci` failed ({error}); the book falls back to the CDNs.", file=sys.stderr)
         return 1 if args.require else 0
-    copy_assets(modules, digest("package.json", "package-lock.json", "widgets-paths.js", "search-maths.js", "vendor.py"))
+    copy_assets(
+        modules, digest("package.json", "package-lock.json", "widgets-paths.js", "search-maths.js", "vendor.py")
+    )
     return 0
 
 

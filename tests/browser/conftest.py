@@ -11,9 +11,6 @@ except under CI=true, where a missing browser is a failure.
 
 from __future__ import annotations
 
-import functools
-import http.server
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,16 +26,11 @@ from site_pages import (
     SITE,
     TIMEOUT_MS,
     VIEWPORT,
-    WIDGET_FONT,
+    serve,
 )
 
 
 # --- the server and the browser ----------------------------------------------------------------
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 - the base class's name
-        pass
 
 
 @pytest.fixture(scope="session")
@@ -51,13 +43,8 @@ def site() -> Path:
 @pytest.fixture(scope="session")
 def base_url(site: Path):
     """The built site served on 127.0.0.1, on a free port, for the whole session."""
-    handler = functools.partial(_QuietHandler, directory=str(site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
+    with serve(site) as url:
+        yield url
 
 
 def _browser_missing(reason: str):
@@ -91,7 +78,7 @@ class PageReport:
     outside: list[str] = field(default_factory=list)  # requests to anything but the local server
     failed: list[str] = field(default_factory=list)  # local requests that failed or got status >= 400
     console_errors: list[str] = field(default_factory=list)  # not known noise
-    noise: list[str] = field(default_factory=list)  # known noise, for the record
+    noise: list[str] = field(default_factory=list)  # allowed noise (none today), for the record
 
 
 def _is_local(url: str, base: str) -> bool:
@@ -171,8 +158,6 @@ def visit(browser_context, base_url, blocked):
             where = (message.location or {}).get("url", "")
             if any(p.search(text) for p in KNOWN_CONSOLE_NOISE):
                 report.noise.append(text)
-            elif text.startswith("Failed to load resource") and WIDGET_FONT.search(where):
-                report.noise.append(f"{text} {where}")
             elif text.startswith("Failed to load resource") and not _is_local(where, base_url):
                 pass  # a blocked outside request: reported by the request test
             else:
@@ -186,11 +171,11 @@ def visit(browser_context, base_url, blocked):
                 report.console_errors.append(f"uncaught: {text}")
 
         def on_response(response):
-            if response.status >= 400 and not WIDGET_FONT.search(response.url):
+            if response.status >= 400:
                 report.failed.append(f"{response.status} {response.url}")
 
         def on_request_failed(request):
-            if _is_local(request.url, base_url) and not WIDGET_FONT.search(request.url):
+            if _is_local(request.url, base_url):
                 report.failed.append(f"{request.failure} {request.url}")
 
         page.on("console", on_console)

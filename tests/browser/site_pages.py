@@ -1,11 +1,15 @@
-"""What the browser tests look at: which pages, which browser, and the known noise they tolerate."""
+"""What the browser tests look at: which pages, which browser, and what each page stores."""
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import os
 import re
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,19 +34,33 @@ VIEWPORT = {"width": 1280, "height": 900}
 TIMEOUT_MS = 15_000
 
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "src" / "site-assets"))
+from controls import control_states, control_views  # noqa: E402
 from toc_notebooks import toc_files  # noqa: E402
 
-# What the browser may report without failing a test: exactly the known noise of Jupyter Book 1 pages.
-KNOWN_CONSOLE_NOISE = [
-    # sphinx-thebe's script declares the same constant twice on every page.
-    re.compile(r"^Identifier 'THEBE_JS_URL' has already been declared$"),
-    # pydata-sphinx-theme reads an empty theme mode from local storage, then falls back to "auto".
-    re.compile(r"^Got invalid theme mode: \. Resetting to auto\.$"),
-    # The widget manager calls MathJax 2's MathJax.Hub.Queue; the site runs MathJax 3 (no Hub).
-    re.compile(r"^Cannot read properties of undefined \(reading 'Queue'\)$"),
-]
-# The widget manager's icon fonts (Font Awesome, webpack-hashed names) may be missing.
-WIDGET_FONT = re.compile(r"/[0-9a-f]{20}\.(?:woff2?|ttf|eot|svg)(?:\?.*)?$")
+# What the browser may report without failing a test: nothing. (The duplicated THEBE_JS_URL, the
+# widget manager's MathJax 2 call and the theme's empty mode were fixed where they came from:
+# src/site-assets/book_pages.py, vendor.py and _config.yml's html_context.)
+KNOWN_CONSOLE_NOISE: list[re.Pattern] = []
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        pass
+
+
+@contextmanager
+def serve(directory: Path):
+    """``directory`` served on 127.0.0.1, on a free port; yields the base address."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 # --- which pages -------------------------------------------------------------------------------
@@ -57,6 +75,10 @@ def toc_pages() -> list[str]:
     return [f"{entry}.html" for entry in toc_entries()]
 
 
+def chapters_with_notebooks() -> list[str]:
+    return [page for page in toc_pages() if notebook_for(page) is not None]
+
+
 def all_pages() -> list[str]:
     """Every page a reader can open: the chapters in the table of contents, search and index."""
     return toc_pages() + ["search.html", "genindex.html"]
@@ -67,14 +89,27 @@ def notebook_for(page: str) -> Path | None:
     return path if path.is_file() else None
 
 
+def _read(notebook: Path):
+    import nbformat
+
+    return nbformat.read(notebook, as_version=4)
+
+
+def stored_controls(page: str) -> dict[str, list[dict]]:
+    """The precomputed controls (attnbook.widgets.explore) the page's notebook stores: id -> settings."""
+    notebook = notebook_for(page)
+    return control_states(_read(notebook)) if notebook is not None else {}
+
+
 def stored_widget_views(page: str) -> int:
-    """How many widget views the page's notebook stores with a saved state (0 for other pages)."""
+    """How many widget views the page's notebook stores with a saved state and the site shows: all
+    but the ipywidgets controls, which need a kernel (0 for other pages)."""
     notebook = notebook_for(page)
     if notebook is None:
         return 0
     nb = json.loads(notebook.read_text())
     state = nb.get("metadata", {}).get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
-    models = set(state.get("state", {}))
+    models = set(state.get("state", {})) - control_views(_read(notebook))
     views = 0
     for cell in nb["cells"]:
         tags = cell.get("metadata", {}).get("tags", [])
@@ -85,3 +120,6 @@ def stored_widget_views(page: str) -> int:
             if view and view.get("model_id") in models:
                 views += 1
     return views
+
+
+CHAPTERS_WITH_NOTEBOOKS = chapters_with_notebooks()

@@ -14,6 +14,8 @@ import pytest
 import yaml
 from site_pages import KNOWN_CONSOLE_NOISE, ROOT, SITE, all_pages, notebook_for, stored_widget_views, toc_pages
 
+from book_pages import chapter_number  # src/site-assets, on the path through site_pages
+
 PAGES = all_pages()
 CHAPTERS = toc_pages()
 NOTEBOOK_PAGES = [p for p in CHAPTERS if notebook_for(p) is not None]
@@ -111,8 +113,31 @@ def test_every_image_loaded(visit, name):
     assert not broken, f"{name}: images that did not load: {broken}"
 
 
+@pytest.mark.parametrize("name", PAGES)
+def test_every_image_has_alt_text(visit, name):
+    """Every image a reader can see, figures, controls' settings and widgets' images alike."""
+    missing = visit(name).page.evaluate(
+        """() => [...document.querySelectorAll('main img, article img')]
+            .filter(img => !(img.getAttribute('alt') || '').trim() || /\\.png$/.test(img.getAttribute('alt')))
+            .map(img => img.currentSrc || img.src)"""
+    )
+    assert not missing, f"{name}: images without alt text: {missing}"
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_no_control_needs_a_kernel(visit, name):
+    """No ipywidgets slider, dropdown or button is on a page: without a kernel it would do nothing."""
+    controls = visit(name).page.evaluate(
+        """() => [...document.querySelectorAll(
+                '.jupyter-widgets input, .jupyter-widgets select, .jupyter-widgets button, .widget-slider')]
+            .filter(e => e.offsetParent !== null).map(e => e.outerHTML.slice(0, 120))"""
+    )
+    assert not controls, f"{name}: ipywidgets controls that need a kernel: {controls}"
+
+
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_figures_are_numbered_with_caption_and_alt_text(visit, name):
+    chapter = chapter_number(name.removesuffix(".html"))
     figures = visit(name).page.evaluate(
         """() => [...document.querySelectorAll('figure')].map(f => ({
             id: f.id || (f.querySelector('[id]') || {}).id || '',
@@ -121,12 +146,18 @@ def test_figures_are_numbered_with_caption_and_alt_text(visit, name):
             alts: [...f.querySelectorAll('img')].map(img => img.getAttribute('alt') || ''),
         }))"""
     )
+    numbers = []
     for figure in figures:
-        assert re.match(r"Fig\. \d+", figure["number"]), f"{name}: figure without a number: {figure}"
+        match = re.match(r"Figure ([\w]+)\.(\d+)", figure["number"])
+        assert match, f"{name}: figure without a number: {figure}"
+        numbers.append((match.group(1), int(match.group(2))))
         assert len(figure["caption"]) > len(figure["number"]) + 3, f"{name}: figure without a caption: {figure}"
         assert figure["alts"] and all(alt.strip() and not alt.endswith(".png") for alt in figure["alts"]), (
             f"{name}: figure image without alt text: {figure}"
         )
+    if figures:  # Figure 3.1, 3.2, ... in the order of the page: numbered within the chapter
+        assert chapter is not None, f"{name}: figures on a page that is not a numbered chapter"
+        assert numbers == [(chapter, i) for i in range(1, len(figures) + 1)], f"{name}: figure numbers {numbers}"
 
 
 @pytest.mark.parametrize("name", NOTEBOOK_PAGES)

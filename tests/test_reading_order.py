@@ -1,0 +1,268 @@
+"""Nothing is used before it is taught.
+
+:data:`TAUGHT_IN` says, for every public name of the package's teaching modules, the chapter that
+introduces it; :data:`MODULE_TAUGHT_IN` does the same for a whole module, and names the tool
+modules any chapter may use (setup and glue, plots, controls, the grader, timing and memory).
+A chapter's code (its teaching code, its checks and its exercises alike) may use a name only if
+that name is taught in the chapter or before it, in the reading order of _toc.yml. The map is
+reviewed like code: a new public name in a teaching module fails
+:func:`test_the_map_names_every_public_name` until someone decides where it is taught.
+
+A justified exception (a deliberate forward look, explained on the page) is allowed in the cell's
+metadata: ``{"attnbook": {"allow": {"order:KVCache": "reason"}}}``. Today's violations are listed in
+tests/chapter_debts.py (rule "order").
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import re
+
+import pytest
+
+import attnbook
+from chapter_debts import rule_test
+from test_notebooks import ENTRIES, allowed, notebook_or_none, parse_cell, public_names
+
+ANYWHERE = "anywhere"
+
+# Tools: usable from the first page on. Teaching modules whose names are all introduced together.
+MODULE_TAUGHT_IN = {
+    "attnbook.notebook": ANYWHERE,
+    "attnbook.plots": ANYWHERE,
+    "attnbook.widgets": ANYWHERE,
+    "attnbook.grading": ANYWHERE,
+    "attnbook.measure": ANYWHERE,
+    "attnbook.bench": ANYWHERE,
+    "attnbook.experiments": ANYWHERE,
+    "attnbook.datafiles": ANYWHERE,
+    "attnbook.course": ANYWHERE,
+    "attnbook.data": "chapters/01_seq2seq_bottleneck",
+    "attnbook.train": "chapters/01_seq2seq_bottleneck",
+}
+
+# Every public name of the other modules: where it is introduced (None: no chapter teaches it, so
+# no chapter may use it).
+TAUGHT_IN = {
+    # attnbook.functional
+    "attention": "chapters/00_attention_at_a_glance",
+    "masked_softmax": "chapters/02_attention_in_seq2seq",
+    "check_attention_inputs": None,
+    # attnbook.masks
+    "padding_mask": "chapters/02_attention_in_seq2seq",
+    "causal_mask": "chapters/07_masking",
+    "combine_masks": "chapters/07_masking",
+    "check_mask": None,
+    # attnbook.seq2seq
+    "Encoder": "chapters/01_seq2seq_bottleneck",
+    "BottleneckDecoder": "chapters/01_seq2seq_bottleneck",
+    "Seq2Seq": None,  # what build_model returns; the chapters call build_model
+    "build_model": "chapters/01_seq2seq_bottleneck",
+    "attention_step": "chapters/02_attention_in_seq2seq",
+    "AttentionDecoder": "chapters/02_attention_in_seq2seq",
+    "SCORE_NAMES": "chapters/05b_four_scores",
+    "make_score": "chapters/05b_four_scores",
+    # attnbook.scores, attnbook.attention
+    "DotScore": "chapters/02_attention_in_seq2seq",
+    "ScaledDotScore": "chapters/03_scaled_dot_product",
+    "Attention": "chapters/03_scaled_dot_product",
+    "BilinearScore": "chapters/04_bilinear_score",
+    "AdditiveScore": "chapters/05_additive_score",
+    # attnbook.positions
+    "sinusoidal_positions": "chapters/06_queries_keys_values",
+    "LearnedPositions": "chapters/06_queries_keys_values",
+    # attnbook.multihead: heads are the subject of chapter 8
+    "MultiHeadAttention": "chapters/08_multi_head_attention",
+    "split_heads": "chapters/08_multi_head_attention",
+    "merge_heads": "chapters/08_multi_head_attention",
+    "multi_head_attention_core": None,  # the step both modules share; chapter 8 shows the modules
+    "CausalSelfAttention": "chapters/08_multi_head_attention",
+    # attnbook.transformer
+    "TinyTransformer": "chapters/08_multi_head_attention",
+    "TransformerBlock": "chapters/08_multi_head_attention",
+    "repeat_batch": "chapters/08_multi_head_attention",
+    "repeat_loss": "chapters/08_multi_head_attention",
+    "train_repeat": "chapters/08_multi_head_attention",
+    "evaluate_repeat": None,
+    # attnbook.efficient: tiles and caches are the subject of chapter 9
+    "tiled_attention": "chapters/09_attention_at_scale",
+    "KVCache": "chapters/09_attention_at_scale",
+}
+
+
+def _modules():
+    return [importlib.import_module(info.name)
+            for info in pkgutil.walk_packages(attnbook.__path__, prefix="attnbook.")]
+
+
+def _module_names() -> dict[str, list[str]]:
+    """Module -> its public names (its __all__, else what it defines)."""
+    found = {}
+    for module in _modules():
+        names = getattr(module, "__all__", None)
+        if names is None:
+            names = [n for n, obj in vars(module).items()
+                     if not n.startswith("_") and getattr(obj, "__module__", None) == module.__name__]
+        found[module.__name__] = list(names)
+    return found
+
+
+def taught_in(name: str, module: str | None) -> str | None | bool:
+    """Where ``name`` (of ``module``, when known) is taught: a _toc.yml entry, ANYWHERE, None (never),
+    or False when the map does not know it."""
+    if module is None:
+        module = public_names().get(name)
+    if module in MODULE_TAUGHT_IN:
+        return MODULE_TAUGHT_IN[module]
+    if module == "attnbook":  # a re-export at the package's top: the name is defined in a module
+        module = public_names().get(name)
+        if module in MODULE_TAUGHT_IN:
+            return MODULE_TAUGHT_IN[module]
+    return TAUGHT_IN.get(name, False)
+
+
+def used_names(tree: ast.AST) -> list[tuple[str, str | None]]:
+    """(name, module) for every package name the code uses: imported from attnbook, or an attribute
+    of an attnbook module (``efficient.TILE_SCORES``, ``attnbook.masks.causal_mask``)."""
+    submodules = {m.__name__.rsplit(".", 1)[1] for m in _modules()}
+    module_aliases: dict[str, str] = {}
+    used = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "attnbook":
+            for alias in node.names:
+                if node.module == "attnbook" and alias.name in submodules and isinstance(
+                    getattr(attnbook, alias.name, None), type(attnbook)
+                ):
+                    module_aliases[alias.asname or alias.name] = f"attnbook.{alias.name}"
+                else:
+                    used.append((alias.name, node.module))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "attnbook":
+                    module_aliases[alias.asname or alias.name] = alias.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            base = ast.unparse(node.value)
+            if base in module_aliases and module_aliases[base] != "attnbook":
+                used.append((node.attr, module_aliases[base]))
+            elif base.startswith("attnbook."):
+                used.append((node.attr, base))
+    return used
+
+
+def order_violations(entry: str, nb) -> dict[str, str]:
+    """Names used in ``entry`` that are taught later (or never)."""
+    position = {e: i for i, e in enumerate(ENTRIES)}
+    found = {}
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or "remove-cell" in cell.metadata.get("tags", []):
+            continue
+        for name, module in used_names(parse_cell(cell)):
+            where = taught_in(name, module)
+            if where == ANYWHERE or allowed(cell, f"order:{name}"):
+                continue
+            if where is False:
+                found[name] = f"cell {index} uses {module}.{name}, which tests/test_reading_order.py does not map"
+            elif where is None:
+                found[name] = f"cell {index} uses {module}.{name}, which no chapter teaches"
+            elif position.get(where, -1) > position[entry]:
+                found[name] = f"cell {index} uses {name}, taught later in {where}"
+    return found
+
+
+RULES = {"order": order_violations}
+
+
+test_nothing_is_used_before_it_is_taught = rule_test(
+    "order", order_violations, "The chapter's code uses only names taught in it or before it.")
+
+
+def test_the_map_names_every_public_name():
+    """Every public name of a teaching module has a decided place, and the map names nothing else."""
+    names = _module_names()
+    teaching = {n for module, listed in names.items() if module not in MODULE_TAUGHT_IN
+                and module != "attnbook" for n in listed}
+    missing = sorted(teaching - set(TAUGHT_IN))
+    stale = sorted(set(TAUGHT_IN) - teaching)
+    assert not missing, f"public names that TAUGHT_IN does not place (decide where each is taught): {missing}"
+    assert not stale, f"TAUGHT_IN names what the package no longer has: {stale}"
+    assert set(MODULE_TAUGHT_IN) <= set(names), sorted(set(MODULE_TAUGHT_IN) - set(names))
+    chapters = set(ENTRIES)
+    for where in [*TAUGHT_IN.values(), *MODULE_TAUGHT_IN.values()]:
+        assert where in chapters or where in (ANYWHERE, None), f"{where!r} is not a _toc.yml entry"
+
+
+_INCLUDE = re.compile(
+    r"\{literalinclude\}\s*\S*src/(attnbook/[\w/]+)\.py\s*\n(?:\s*:[\w-]+:.*\n)*?\s*:pyobject:\s*([\w.]+)"
+)
+
+
+def shown_objects(markdown: str) -> list[tuple[str, str, str]]:
+    """(file, object, source) of every package object a markdown cell shows with
+    ``literalinclude`` and ``:pyobject:``."""
+    import inspect
+
+    shown = []
+    for path, dotted in _INCLUDE.findall(markdown):
+        obj = importlib.import_module(path.replace("/", "."))
+        for part in dotted.split("."):
+            obj = getattr(obj, part)
+        shown.append((f"src/{path}.py", dotted, inspect.getsource(obj)))
+    return shown
+
+
+def _mentions(nb, name: str) -> bool:
+    for cell in nb.cells:
+        if cell.cell_type == "code" and any(n == name for n, _ in used_names(parse_cell(cell))):
+            return True
+        if cell.cell_type == "markdown" and (
+            re.search(rf"`(?:[\w.]+\.)?{re.escape(name)}`|:pyobject:\s*{re.escape(name)}\b", cell.source)
+            or any(re.search(rf"\b{re.escape(name)}\b", source) for _, _, source in shown_objects(cell.source))
+        ):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("name", sorted(n for n, w in TAUGHT_IN.items() if w))
+def test_the_chapter_the_map_names_shows_the_name(name):
+    """The introducing chapter uses the name in its code, shows its source or names it."""
+    nb = notebook_or_none(TAUGHT_IN[name])
+    if nb is None:
+        pytest.skip(f"{TAUGHT_IN[name]} is not a notebook yet")
+    assert _mentions(nb, name), f"{TAUGHT_IN[name]} is mapped as where {name} is taught, but never shows it"
+
+
+def test_used_names_finds_every_form_of_use():
+    code = (
+        "from attnbook.efficient import KVCache\n"
+        "from attnbook import efficient, attention\n"
+        "import attnbook.masks as masks\n"
+        "x = efficient.TILE_SCORES\n"
+        "y = masks.causal_mask(3)\n"
+        "z = attnbook.multihead.split_heads(q, 2)\n"
+    )
+    import nbformat
+
+    found = set(used_names(parse_cell(nbformat.v4.new_code_cell(code))))
+    assert {("KVCache", "attnbook.efficient"), ("attention", "attnbook"), ("TILE_SCORES", "attnbook.efficient"),
+            ("causal_mask", "attnbook.masks"), ("split_heads", "attnbook.multihead")} <= found
+    assert ("efficient", "attnbook") not in found  # importing a module uses nothing yet
+
+
+def test_order_violations_on_a_small_notebook():
+    import nbformat
+
+    v4 = nbformat.v4
+    first = ENTRIES[[i for i, e in enumerate(ENTRIES) if e.endswith("00_attention_at_a_glance")][0]]
+    nb = v4.new_notebook(cells=[
+        v4.new_code_cell("from attnbook.functional import attention\nfrom attnbook.notebook import glue"),
+        v4.new_code_cell("from attnbook.efficient import KVCache"),
+        v4.new_code_cell("from attnbook.masks import causal_mask",
+                         metadata={"attnbook": {"allow": {"order:causal_mask": "a look ahead, said so"}}}),
+        v4.new_code_cell("from attnbook.functional import check_attention_inputs"),
+    ])
+    found = order_violations(first, nb)
+    assert set(found) == {"KVCache", "check_attention_inputs"}
+    assert "taught later" in found["KVCache"] and "no chapter teaches" in found["check_attention_inputs"]
