@@ -77,6 +77,7 @@ bench: venv
 test: venv
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory nbval
+	$(MAKE) --no-print-directory nbval-runnable
 	$(MAKE) --no-print-directory build
 	$(MAKE) --no-print-directory browser
 	@echo "make test: all parts passed"
@@ -87,7 +88,10 @@ test: venv
 LAB_DIR ?= chapters/workspace
 LAB_ARGS ?=
 FILLED ?= _build/runnable-filled
-# The execution of the filled copies (exercises answered from the chapters' solutions).
+# `make nbval-runnable` runs the filled copies (the edition with its exercises answered from the
+# chapters' solutions, stored outputs kept) under nbval: the edition runs top to bottom in a fresh
+# kernel. The same run can check the stored outputs under a second numeric path: set
+# RUNNABLE_NB_ENV to that path's environment and RUNNABLE_NBVAL_ARGS to its options.
 RUNNABLE_NB_ENV ?= $(NB_ENV)
 RUNNABLE_NBVAL_ARGS ?= -n 2 --dist loadfile
 
