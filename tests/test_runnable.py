@@ -195,7 +195,8 @@ def _small_book(tmp_path, cells, url="https://github.com/someone/small-book", ex
         "# Two\n\n```{glue:figure} g\n:name: fig-two\nOther.\n```\n\n(sec-two)=\n## Part two\n\n$$\nx\n$$ (eq-two)\n")])
     nbformat.write(two, chapters / "two.ipynb")
     nb = nbformat.v4.new_notebook(cells=cells)
-    for name, content in (extra or {}).items():
+    site_labels = "src/site-assets/bibliography_style.py"  # the website's citation labels
+    for name, content in {site_labels: (ROOT / site_labels).read_text(), **(extra or {})}.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(content)
     nbformat.write(nb, chapters / "one.ipynb")

@@ -25,6 +25,9 @@ from .syntax import EQUATION_LABEL, FENCE_OPEN, HEADING, TARGET, closing_line, d
 
 __all__ = ["Book", "RunnableError", "Citation", "markdown_cells"]
 
+# The website's Sphinx extension that labels bibliography entries by author and year.
+SITE_LABELS = "src/site-assets/bibliography_style.py"
+
 
 class RunnableError(ValueError):
     """A chapter uses something the runnable edition cannot express; the message says where."""
@@ -193,34 +196,30 @@ class Book:
 
         style = find_plugin("pybtex.style.formatting", "plain")()
         backend = find_plugin("pybtex.backends", "markdown")()
+        labels = self._site_labels()
         entries: dict[str, Citation] = {}
         for bib in self.config.get("bibtex_bibfiles") or []:
             data = parse_file(str(self.root / bib), bib_format="bibtex")
             for formatted in style.format_entries(data.entries.values()):
-                entry = data.entries[formatted.key]
-                people = entry.persons.get("author") or entry.persons.get("editor") or []
-                names = [_surname(p) for p in people]
-                if len(names) >= 3:
-                    authors = f"{names[0]} et al."
-                elif len(names) == 2:
-                    authors = f"{names[0]} and {names[1]}"
-                else:
-                    authors = names[0] if names else formatted.key
-                entries[formatted.key] = Citation(
-                    key=formatted.key, authors=authors, year=entry.fields.get("year", "n.d."),
-                    reference=formatted.text.render(backend),
-                )
+                authors, _, year = next(labels.format_labels([data.entries[formatted.key]])).rpartition(", ")
+                entries[formatted.key] = Citation(key=formatted.key, authors=authors, year=year,
+                                                  reference=formatted.text.render(backend))
         return entries
+
+    def _site_labels(self):
+        """The website's author-year labels ("Vaswani et al., 2017"), from its own Sphinx extension."""
+        import importlib.util
+
+        path = self.root / SITE_LABELS
+        spec = importlib.util.spec_from_file_location("_book_bibliography_style", path)
+        if spec is None or not path.is_file():
+            raise RunnableError(f"{SITE_LABELS} is missing: the runnable edition labels citations as the website does")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.AuthorYearLabels()
 
     def citation(self, key: str, current: str) -> Citation:
         try:
             return self.bibliography[key]
         except KeyError:
             raise RunnableError(f"{current}: {{cite}}`{key}` is not in the bibliography") from None
-
-
-def _surname(person) -> str:
-    from pybtex.richtext import Text
-
-    raw = " ".join(person.prelast_names + person.last_names)
-    return Text.from_latex(raw).render_as("text")

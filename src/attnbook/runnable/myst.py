@@ -41,6 +41,9 @@ ADMONITIONS = {
     "seealso": "See also", "admonition": None, "dropdown": None, "margin": None, "sidebar": None,
     "topic": None, "epigraph": None, "pull-quote": None, "highlights": None,
 }
+# The glue roles and directives that paste a value, and the form of it they paste.
+GLUE_KINDS = {"glue": "text/plain", "glue:any": "text/plain", "glue:text": "text/plain",
+              "glue:md": "text/markdown", "glue:math": "text/plain"}
 CODE_BLOCKS = ("code-block", "code", "sourcecode", "code-cell")
 IGNORED = ("toctree", "tableofcontents", "contents")
 # The website's figure label (Sphinx's numfig_format default for figures) and equation label.
@@ -151,12 +154,9 @@ class MarkdownConverter:
             number = self.book.figure(label, self.docname)[1] if label and caption else None
             yield FigureBlock(name=glue_name, caption=caption, alt=options.get("alt", "").strip(),
                               label=label, number=number)
-        elif name in ("glue:text", "glue", "glue:any"):
-            yield self._glued_text(args.strip(), where)
-        elif name == "glue:md":
-            yield self._glued_text(args.strip(), where, "text/markdown")
-        elif name == "glue:math":
-            yield f"$$\n{self._glued_text(args.strip(), where)}\n$$"
+        elif name in GLUE_KINDS:
+            value = self._glued_text(args.strip(), where, GLUE_KINDS[name])
+            yield f"$$\n{value}\n$$" if name == "glue:math" else value
         elif name == "literalinclude":
             yield self._literalinclude(args.strip(), options, where)
         elif name in CODE_BLOCKS:
@@ -245,12 +245,9 @@ class MarkdownConverter:
 
     def _role(self, name: str, content: str) -> str:
         where = f"{self.docname}: {{{name}}}"
-        if name in ("glue:text", "glue", "glue:any"):
-            return self._glued_text(content.strip(), where)
-        if name == "glue:md":
-            return self._glued_text(content.strip(), where, "text/markdown")
-        if name == "glue:math":
-            return f"${self._glued_text(content.strip(), where)}$"
+        if name in GLUE_KINDS:
+            value = self._glued_text(content.strip(), where, GLUE_KINDS[name])
+            return f"${value}$" if name == "glue:math" else value
         if name == "numref":
             text, label = _split_explicit(content)
             docname, number = self.book.figure(label, self.docname)
