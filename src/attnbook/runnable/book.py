@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import pathlib
 import posixpath
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 

@@ -240,8 +240,52 @@ def _edition_output(output: dict) -> dict | None:
     return output
 
 
+def _code_cell(cell, tags: list[str]):
+    """A code cell as the website treats its tags, with the outputs only the website needs dropped."""
+    if REMOVE_CELL in tags and RUNNABLE_ONLY not in tags:
+        _fold(cell, source=True, outputs=True)  # the website hides it, but later cells may need it
+    if REMOVE_INPUT in tags or HIDE_INPUT in tags or HIDE_CELL in tags:
+        _fold(cell, source=True)
+    if REMOVE_OUTPUT in tags:
+        cell.outputs = []
+    if HIDE_OUTPUT in tags or HIDE_CELL in tags:
+        _fold(cell, outputs=True)
+    cell.outputs = [o for o in (_edition_output(o) for o in cell.outputs) if o is not None]
+    return cell
+
+
+def _figure(block: FigureBlock, cells: list, glue_cell_at: int | None, glued: dict, docname: str,
+            cell_id: str) -> list:
+    """The cells that show a glued figure where the text discusses it, after checking that the
+    variable it was glued from still holds it there."""
+    if glue_cell_at is None:
+        raise RunnableError(f"{docname}: the figure {block.name!r} is shown before the cell that "
+                            "glues it: glue it in a cell above its {glue:figure}")
+    glue_cell = cells[glue_cell_at]
+    variable, line = _glued_variable(glue_cell, block.name, docname)
+    between = [c for c in cells[glue_cell_at + 1:] if c.cell_type == "code"]
+    if _assigns(_python(glue_cell.source), variable, line) or any(_assigns(_python(c.source), variable)
+                                                                   for c in between):
+        raise RunnableError(f"{docname}: `{variable}` (glued as {block.name!r}) is assigned again "
+                            "before the text shows the figure: glue it from a variable of its own")
+    return _figure_cells(block, variable, glued[block.name], cell_id)
+
+
+def _number_executions(cells: list) -> None:
+    """Execution counts 1, 2, ... for the code cells with stored outputs (nbval needs them)."""
+    count = 0
+    for cell in cells:
+        if cell.cell_type == "code":
+            count += 1 if cell.outputs else 0
+            cell.execution_count = count if cell.outputs else None
+            for output in cell.outputs:
+                if output.get("output_type") == "execute_result":
+                    output["execution_count"] = count
+
+
 def runnable_notebook(source: pathlib.Path, book: Book, edition: set[str] | None = None) -> nbformat.NotebookNode:
-    """The runnable edition of one executed chapter (see the module's docstring)."""
+    """The runnable edition of one executed chapter (see the module's docstring). ``edition`` names
+    the pages that have a runnable notebook beside this one (default: every chapter)."""
     source = pathlib.Path(source).resolve()
     docname = book.docname_of(source, book.root)
     nb = student_exercise_cells(nbformat.read(source, as_version=4))
@@ -261,33 +305,16 @@ def runnable_notebook(source: pathlib.Path, book: Book, edition: set[str] | None
         if cell.cell_type == "markdown":
             for number, piece in enumerate(converter.convert(cell.source)):
                 piece_id = cell.id if number == 0 else f"{cell.id}-{number}"
-                if isinstance(piece, str):
+                if isinstance(piece, FigureBlock):
+                    cells += _figure(piece, cells, origin.get(glued_at.get(piece.name)), glued, docname,
+                                     f"{piece_id}-figure")
+                else:
                     cells.append(nbformat.v4.new_markdown_cell(piece, id=piece_id))
                     if cell.get("attachments"):
                         cells[-1].attachments = cell.attachments
-                    continue
-                if piece.name not in glued_at or glued_at[piece.name] not in origin:
-                    raise RunnableError(f"{docname}: the figure {piece.name!r} is shown before the cell that "
-                                        "glues it: glue it in a cell above its {glue:figure}")
-                glue_cell = cells[origin[glued_at[piece.name]]]
-                variable, line = _glued_variable(glue_cell, piece.name, docname)
-                between = [c for c in cells[origin[glued_at[piece.name]] + 1:] if c.cell_type == "code"]
-                if _assigns(_python(glue_cell.source), variable, line) or any(
-                        _assigns(_python(c.source), variable) for c in between):
-                    raise RunnableError(f"{docname}: `{variable}` (glued as {piece.name!r}) is assigned again "
-                                        "before the text shows the figure: glue it from a variable of its own")
-                cells.extend(_figure_cells(piece, variable, glued[piece.name], f"{piece_id}-figure"))
             continue
         if cell.cell_type == "code":
-            if REMOVE_CELL in tags and RUNNABLE_ONLY not in tags:
-                _fold(cell, source=True, outputs=True)
-            if REMOVE_INPUT in tags or HIDE_INPUT in tags or HIDE_CELL in tags:
-                _fold(cell, source=True)
-            if REMOVE_OUTPUT in tags:
-                cell.outputs = []
-            if HIDE_OUTPUT in tags or HIDE_CELL in tags:
-                _fold(cell, outputs=True)
-            cell.outputs = [o for o in (_edition_output(o) for o in cell.outputs) if o is not None]
+            cell = _code_cell(cell, tags)
         kept = [t for t in tags if t not in SITE_TAGS]
         if kept:
             cell.metadata["tags"] = kept
@@ -299,17 +326,14 @@ def runnable_notebook(source: pathlib.Path, book: Book, edition: set[str] | None
     if converter.cited:
         at = next((i for i, c in enumerate(cells) if _exercises_heading(c)), len(cells))
         cells.insert(at, _references(book, converter.cited, f"references-{_short_hash(docname)}"))
-    count = 0
+    _number_executions(cells)
     for cell in cells:
-        if cell.cell_type == "code":
-            count += 1 if cell.outputs else 0
-            cell.execution_count = count if cell.outputs else None
-            for output in cell.outputs:
-                if output.get("output_type") == "execute_result":
-                    output["execution_count"] = count
-
+        leaked = [m for m in SOLUTION_MARKERS if m in cell.source]
+        if leaked:
+            raise RunnableError(f"{docname}: {leaked[0]!r} outside an nbgrader cell would show a solution or "
+                                "a hidden test: give the cell its nbgrader metadata")
     out = nbformat.v4.new_notebook(cells=cells)
-    out.metadata = {k: v for k, v in nb.metadata.items() if k not in ("jupytext",)}
+    out.metadata = {k: v for k, v in nb.metadata.items() if k != "jupytext"}
     out.metadata["kernelspec"] = dict(KERNELSPEC)
     out.metadata["attnbook"] = {"runnable_edition_of": source.relative_to(book.root).as_posix()}
     out.nbformat, out.nbformat_minor = 4, 5
