@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
+import subprocess
 import sys
 
 from . import __doc__ as DOC
@@ -51,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         command = [sys.executable, "-m", "jupyterlab", "--ServerApp.ip=127.0.0.1",
                    f"--ServerApp.root_dir={workspace}", *extra]
         sys.stdout.flush()
-        os.execv(sys.executable, command)
+        try:
+            return subprocess.call(command)
+        except KeyboardInterrupt:  # Ctrl-C stops JupyterLab, which has already said goodbye
+            return 0
     return 0
 
 
