@@ -14,13 +14,16 @@ NB_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0
 NOTEBOOKS = $(shell $(PY) tests/toc_notebooks.py)
 
 .PHONY: help venv vendor book test unit nbval build browser serve lab execute execute-all bench clean assignments grade
+.PHONY: runnable runnable-filled nbval-runnable lab-source
 
 help:
 	@echo "make book   - create .venv, install everything, build the website into _build/html"
 	@echo "make test   - create or reuse .venv and run every test (unit, nbval, site build, browser)"
 	@echo "make serve  - serve the built website on http://127.0.0.1:$(PORT)/ (PORT=... to change)"
 	@echo "make bench  - time the attention code against PyTorch (several minutes; _build/bench/results.json)"
-	@echo "make lab    - JupyterLab on the chapters"
+	@echo "make lab    - JupyterLab on your own copy of the runnable edition ($(LAB_DIR)/, never overwritten)"
+	@echo "make lab-source - JupyterLab on the source chapters (for authors)"
+	@echo "make runnable - regenerate the runnable edition (chapters/runnable/) after changing a chapter"
 	@echo "make execute NB=chapters/X.ipynb - re-run one chapter top to bottom and store its outputs"
 	@echo "make assignments - nbgrader course in $(COURSE): student versions of every chapter in release/"
 	@echo "make grade  - autograde $(COURSE)/submitted/<student>/<chapter>/, scores in $(COURSE)/grades.csv"
@@ -74,12 +77,39 @@ bench: venv
 test: venv
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory nbval
+	$(MAKE) --no-print-directory nbval-runnable
 	$(MAKE) --no-print-directory build
 	$(MAKE) --no-print-directory browser
 	@echo "make test: all parts passed"
 
+# The runnable edition (chapters/runnable/, committed): the chapters for JupyterLab, Colab and Binder.
+# `make lab` copies it into LAB_DIR, adding only the notebooks missing there, and starts JupyterLab
+# on 127.0.0.1 (LAB_ARGS are passed on, e.g. LAB_ARGS="--port=9999 --no-browser").
+LAB_DIR ?= chapters/workspace
+LAB_ARGS ?=
+FILLED ?= _build/runnable-filled
+# `make nbval-runnable` runs the filled copies (the edition with its exercises answered from the
+# chapters' solutions, stored outputs kept) under nbval: the edition runs top to bottom in a fresh
+# kernel. The same run can check the stored outputs under a second numeric path: set
+# RUNNABLE_NB_ENV to that path's environment and RUNNABLE_NBVAL_ARGS to its options.
+RUNNABLE_NB_ENV ?= $(NB_ENV)
+RUNNABLE_NBVAL_ARGS ?= -n 2 --dist loadfile
+
 lab: venv
-	$(BIN)/jupyter lab chapters
+	$(PY) -m attnbook.runnable lab --dir $(LAB_DIR) -- $(LAB_ARGS)
+
+lab-source: venv
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 chapters
+
+runnable: venv
+	$(PY) -m attnbook.runnable build
+
+runnable-filled: venv
+	$(PY) -m attnbook.runnable fill --out $(FILLED)
+
+nbval-runnable: runnable-filled
+	$(RUNNABLE_NB_ENV) PYTHONPATH=tests $(PY) -m pytest -q $(RUNNABLE_NBVAL_ARGS) -p no:cacheprovider -p nbval_glue \
+		--nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env $(FILLED)/*.ipynb
 
 execute: venv
 	@test -n "$(NB)" || { echo "usage: make execute NB=chapters/X.ipynb"; exit 2; }

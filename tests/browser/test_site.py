@@ -182,9 +182,9 @@ def test_stored_widgets_are_rendered(visit, name):
 
 @pytest.mark.parametrize("name", NOTEBOOK_PAGES)
 def test_launch_buttons(visit, name):
-    """Colab and Binder links to this chapter's notebook in the repository named in _config.yml."""
+    """Colab and Binder links to this chapter's runnable edition in the repository named in _config.yml."""
     assert CONFIG["launch_buttons"].get("colab_url") and CONFIG["launch_buttons"].get("binderhub_url")
-    source = notebook_for(name).relative_to(ROOT).as_posix()
+    source = f"chapters/runnable/{notebook_for(name).name}"
     hrefs = visit(name).page.eval_on_selector_all("a[href]", "links => links.map(a => a.href)")
     colab = f"https://colab.research.google.com/github/{REPOSITORY}/blob/{BRANCH}/{source}"
     binder = f"https://mybinder.org/v2/gh/{REPOSITORY}/{BRANCH}?urlpath=tree/{source}"

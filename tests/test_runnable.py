@@ -1,0 +1,394 @@
+"""The runnable edition (chapters/runnable/): current, free of MyST, figures shown, exercises unsolved.
+
+The tests on the real files read the committed edition and its chapters; the converter's own tests
+use a small book written into a temporary folder. Running the edition top to bottom (its exercises
+answered from the chapters' solutions) is `make nbval-runnable`.
+"""
+
+from __future__ import annotations
+
+import base64
+import html.parser
+import inspect
+import json
+import pathlib
+import re
+
+import nbformat
+import pytest
+
+from attnbook.runnable import (EDITION_DIR, PRECOMPUTED_STATE_KEY, Book, RunnableError, copy_missing,
+                               edition_notebooks, filled_copy, runnable_notebook, stale_notebooks,
+                               write_filled_copies)
+from attnbook.runnable.syntax import without_code
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BOOK = Book(ROOT)
+CHAPTERS = BOOK.notebooks()
+IDS = [c.stem for c in CHAPTERS]
+# What must never reach a reader of the runnable edition: MyST syntax, solutions, hidden tests.
+MYST_MARKERS = ["{glue", "{doc}", "{numref}", "{cite", "{eq}", "{ref}", "{literalinclude}", ":pyobject:",
+                ":::", "```{"]
+SOLUTION_MARKERS = ["BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"]
+ROLE_OR_DIRECTIVE = re.compile(r"\{[a-z][\w:+-]*\}`|^\s*(```+|:::+)\s*\{", re.M)
+
+
+def edition(chapter: pathlib.Path) -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / EDITION_DIR / chapter.name, as_version=4)
+
+
+def source(chapter: pathlib.Path) -> nbformat.NotebookNode:
+    return nbformat.read(chapter, as_version=4)
+
+
+def test_the_committed_edition_is_what_the_chapters_generate():
+    stale = stale_notebooks(ROOT)
+    assert not stale, f"{EDITION_DIR}/ is out of date ({', '.join(stale)}): run `make runnable` and commit it"
+
+
+def test_every_chapter_has_its_runnable_notebook_and_no_other():
+    assert CHAPTERS, "no chapter notebook in _toc.yml"
+    assert sorted(p.name for p in (ROOT / EDITION_DIR).glob("*.ipynb")) == sorted(c.name for c in CHAPTERS)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_no_myst_no_solution_no_hidden_test(chapter):
+    nb = edition(chapter)
+    for index, cell in enumerate(nb.cells):
+        found = [m for m in MYST_MARKERS + SOLUTION_MARKERS if m in cell.source]
+        assert not found, f"{chapter.stem} cell {index}: {found} in\n{cell.source[:400]}"
+        if cell.cell_type == "markdown":  # any other role or directive, outside code blocks
+            prose = "\n".join(without_code(cell.source.splitlines()))
+            assert not ROLE_OR_DIRECTIVE.search(prose), f"{chapter.stem} cell {index}: {prose[:400]}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_exercises_are_in_student_form_with_their_visible_tests(chapter):
+    """Every solution is nbgrader's stub, none of the solution code is anywhere in the notebook,
+    every test cell is there with its visible tests and without stored results."""
+    nb, src = edition(chapter), source(chapter)
+    graded = {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells if "nbgrader" in c.metadata}
+    text = "\n".join(c.source for c in nb.cells)
+    solutions = 0
+    for cell in src.cells:
+        grading = cell.metadata.get("nbgrader")
+        if not grading:
+            continue
+        ours = graded.get(grading["grade_id"])
+        assert ours is not None, f"{chapter.stem}: exercise cell {grading['grade_id']} is missing"
+        if cell.cell_type == "code":
+            assert not ours.outputs, f"{chapter.stem}: {grading['grade_id']} keeps the source's stored results"
+        if grading.get("solution"):
+            solutions += 1
+            assert "raise NotImplementedError()" in ours.source or "YOUR ANSWER HERE" in ours.source
+            answer = cell.source.split("### BEGIN SOLUTION", 1)[1].split("### END SOLUTION", 1)[0].strip()
+            assert answer not in text, f"{chapter.stem}: the solution of {grading['grade_id']} is shown"
+        if grading.get("grade"):
+            visible = re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", "", cell.source, flags=re.S)
+            assert ours.source.strip() == visible.strip(), f"{chapter.stem}: {grading['grade_id']} differs"
+            assert ours.source.strip(), f"{chapter.stem}: {grading['grade_id']} has no visible test"
+    assert solutions, f"{chapter.stem} has no exercise to solve"
+
+
+def _glued_figures(nb) -> dict[str, str]:
+    return {o.metadata["scrapbook"]["name"]: o.data["application/papermill.record/image/png"]
+            for c in nb.cells for o in c.get("outputs", [])
+            if "application/papermill.record/image/png" in o.get("data", {})}
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_every_discussed_figure_is_an_image_output_where_the_text_shows_it(chapter):
+    nb, src = edition(chapter), source(chapter)
+    glued = _glued_figures(src)
+    pasted = re.findall(r"\{glue:figure\}\s*(\S+)", "\n".join(c.source for c in src.cells if c.cell_type == "markdown"))
+    shown = [(i, o) for i, c in enumerate(nb.cells) for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    images = [o.data["image/png"] for _, o in shown]
+    for name in pasted:
+        assert glued[name] in images, f"{chapter.stem}: the figure {name} is not shown as an image"
+        i = next(i for i, o in shown if o.data["image/png"] == glued[name])
+        caption = nb.cells[i + 1]
+        assert caption.cell_type == "markdown" and "Description of the figure" in caption.source, (
+            f"{chapter.stem}: the figure {name} has no caption and description under it")
+        assert base64.b64decode(glued[name])[:8] == b"\x89PNG\r\n\x1a\n"
+    # Every "Fig. N" the text names is a figure shown in this notebook (or a link to another one).
+    numbers = {m for c in nb.cells if c.cell_type == "markdown" for m in re.findall(r"\*\*Fig\. (\d+)\.\*\*", c.source)}
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for number in re.findall(r"(?<!\[)Fig\. (\d+)(?!\]\()", cell.source):
+                assert number in numbers, f"{chapter.stem}: Fig. {number} is named but not shown here"
+    # No output is left that a plain renderer cannot show, except MyST-NB's invisible records.
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            assert not any(k.startswith("application/papermill.record/image") for k in data)
+
+
+class _Text(html.parser.HTMLParser):
+    """The text a reader sees on an HTML page (scripts and styles left out)."""
+
+    def __init__(self):
+        super().__init__()
+        self.parts, self._skip = [], 0
+
+    def handle_starttag(self, tag, attrs):
+        self._skip += tag in ("script", "style")
+
+    def handle_endtag(self, tag):
+        self._skip -= tag in ("script", "style") and self._skip > 0
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.parts.append(data)
+
+
+@pytest.mark.filterwarnings("ignore:Your element with mimetype")  # MyST-NB's records: not shown, as wanted
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_a_plain_renderer_shows_no_raw_markup(chapter):
+    """nbconvert's standard HTML template, i.e. what a plain Jupyter renderer shows."""
+    from nbconvert import HTMLExporter
+
+    page, _ = HTMLExporter().from_notebook_node(edition(chapter))
+    parser = _Text()
+    parser.feed(page)
+    text = "".join(parser.parts)
+    found = [m for m in MYST_MARKERS + SOLUTION_MARKERS + [":name:", ":alt:"] if m in text]
+    assert not found, f"{chapter.stem}: {found} on the rendered page"
+    figures = len(re.findall(r"\{glue:figure\}", "\n".join(c.source for c in source(chapter).cells)))
+    assert page.count("<img ") >= figures
+
+
+# --- filled copies (what `make nbval-runnable` runs) -------------------------------------------
+
+
+def test_filled_copies_answer_every_exercise_from_the_chapters(tmp_path):
+    written = write_filled_copies(ROOT, tmp_path)
+    assert [p.name for p in written] == [c.name for c in CHAPTERS]
+    for chapter, path in zip(CHAPTERS, written):
+        filled, src = nbformat.read(path, as_version=4), source(chapter)
+        solutions = {c.metadata["nbgrader"]["grade_id"]: c for c in src.cells if "nbgrader" in c.metadata}
+        for cell in filled.cells:
+            grading = cell.metadata.get("nbgrader")
+            if grading and cell.cell_type == "code":
+                original = solutions[grading["grade_id"]]
+                assert cell.outputs == original.outputs
+                if grading.get("solution"):
+                    assert cell.source == original.source
+            if cell.cell_type == "code":
+                assert cell.outputs == [] or cell.execution_count is not None
+
+
+# --- the converter on a small book -------------------------------------------------------------
+
+
+def _small_book(tmp_path, cells, url="https://github.com/someone/small-book", extra=None) -> pathlib.Path:
+    (tmp_path / "_config.yml").write_text(
+        f"title: Small\nrepository:\n  url: {url}\n  branch: trunk\nbibtex_bibfiles:\n  - chapters/refs.bib\n")
+    (tmp_path / "_toc.yml").write_text(
+        "format: jb-book\nroot: chapters/intro\nchapters:\n  - file: chapters/one\n  - file: chapters/two\n")
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    (chapters / "intro.md").write_text("# Small book\n")
+    (chapters / "refs.bib").write_text(
+        "@article{ada1843,\n  title={Notes},\n  author={Lovelace, Ada},\n  journal={Memoirs},\n  year={1843}\n}\n"
+        "@article{two2020,\n  title={Pairs},\n  author={Alpha, Ann and Beta, Bo},\n  journal={J},\n  year={2020}\n}\n")
+    two = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+        "# Two\n\n```{glue:figure} g\n:name: fig-two\nOther.\n```\n\n(sec-two)=\n## Part two\n\n$$\nx\n$$ (eq-two)\n")])
+    nbformat.write(two, chapters / "two.ipynb")
+    nb = nbformat.v4.new_notebook(cells=cells)
+    site_labels = "src/site-assets/bibliography_style.py"  # the website's citation labels
+    for name, content in {site_labels: (ROOT / site_labels).read_text(), **(extra or {})}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(content)
+    nbformat.write(nb, chapters / "one.ipynb")
+    return chapters / "one.ipynb"
+
+
+def _glue_output(name, data):
+    return nbformat.v4.new_output("display_data", data={f"application/papermill.record/{k}": v for k, v in data.items()},
+                                  metadata={"scrapbook": {"name": name, "mime_prefix": "application/papermill.record/"}})
+
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"0" * 16).decode()
+
+
+def _code(source, outputs=(), tags=(), **metadata):
+    cell = nbformat.v4.new_code_cell(source)
+    cell.outputs, cell.execution_count = list(outputs), 1 if outputs else None
+    if tags:
+        cell.metadata["tags"] = list(tags)
+    cell.metadata.update(metadata)
+    return cell
+
+
+def _convert(tmp_path, cells, **kw):
+    path = _small_book(tmp_path, cells, **kw)
+    book = Book(tmp_path)
+    return runnable_notebook(path, book), book
+
+
+def _markdown(nb) -> str:
+    return "\n\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+
+
+def test_roles_become_text_and_links(tmp_path):
+    cells = [
+        _code("glue('x', 0.123456)\nglue('n', 12345)\nglue('fig', fig)",
+              [_glue_output("x", {"text/plain": "0.123456"}), _glue_output("n", {"text/plain": "12345"}),
+               _glue_output("fig", {"image/png": PNG, "text/plain": "<Figure size 10x10 with 1 Axes>"})]),
+        nbformat.v4.new_markdown_cell(
+            "# One\n\nx is {glue:text}`x:.2f`, n is {glue:text}`n:,.0f` and {glue}`x`. See {doc}`two`, "
+            "{doc}`the start <intro>`, {numref}`fig-two`, {numref}`Figure %s <fig-one>`, {ref}`sec-two`, "
+            "{eq}`eq-two`, {cite}`two2020,ada1843`, {cite:t}`ada1843`, {math}`a^2` and [two](two.ipynb).\n\n"
+            "% a comment\n(a-target)=\n```{glue:figure} fig\n:name: fig-one\n:alt: A square.\nThe {doc}`two` figure.\n```\n"),
+    ]
+    nb, book = _convert(tmp_path, cells)
+    text = _markdown(nb)
+    assert "x is 0.12, n is 12,345 and 0.123456." in text
+    assert "See [Two](two.ipynb), [the start](https://github.com/someone/small-book/blob/trunk/chapters/intro.md)" in text
+    # figures are numbered through the book in reading order, as on the website
+    assert "[Fig. 2](two.ipynb), Figure 1, [Part two](two.ipynb), [(1)](two.ipynb)" in text
+    assert "[Alpha and Beta, 2020, Lovelace, 1843], Lovelace [1843], $a^2$ and [two](two.ipynb)." in text
+    assert "**Fig. 1.** The [Two](two.ipynb) figure." in text and "A square." in text
+    assert "## References" in text and "Ada Lovelace" in text
+    assert "% a comment" not in text and "(a-target)=" not in text
+    figure = next(c for c in nb.cells if c.cell_type == "code" and c.source == "fig")
+    assert figure.outputs[0].data["image/png"] == PNG
+    assert figure.outputs[0].data["text/plain"] == "<Figure size 10x10 with 1 Axes>"
+    glue_cell = next(c for c in nb.cells if "glue('fig', fig)" in c.source)
+    assert all("application/papermill.record/image/png" not in o.data for o in glue_cell.outputs)
+
+
+def test_directives_become_markdown_and_code(tmp_path):
+    cells = [nbformat.v4.new_markdown_cell(
+        "# One\n\n```{note}\nMasks are **bool**; see {doc}`two`.\n```\n\n:::{admonition} Careful\n:class: tip\n"
+        "Two lines\nof text.\n:::\n\n```{literalinclude} ../src/pkg/mod.py\n:pyobject: second\n:lines: 1-2\n```\n\n"
+        "```{math}\n:label: eq-one\ny = x\n```\n\n```python\n{doc}`kept as code`\n```\n")]
+    nb, _ = _convert(tmp_path, cells, extra={"src/pkg/mod.py": "def first():\n    return 1\n\n\n"
+                                             "def second(a):\n    \"\"\"Doc.\"\"\"\n    return a\n"})
+    text = _markdown(nb)
+    assert "> **Note**\n>\n> Masks are **bool**; see [Two](two.ipynb)." in text
+    assert "> **Careful**\n>\n> Two lines\n> of text." in text
+    assert '```python\ndef second(a):\n    """Doc."""\n```' in text
+    assert "$$\ny = x \\tag{1}\n$$" in text  # the book's first labelled equation
+    assert "```python\n{doc}`kept as code`\n```" in text
+
+
+def test_the_real_literalinclude_shows_the_package_code():
+    """Chapter 0 includes `attention` with :lines: 1-12: the edition shows exactly those lines."""
+    from attnbook import functional
+
+    nb = edition(ROOT / "chapters/00_attention_at_a_glance.ipynb")
+    expected = "\n".join(inspect.getsource(functional.attention).splitlines()[:12])
+    assert f"```python\n{expected}\n```" in _markdown(nb)
+
+
+@pytest.mark.parametrize("markdown, message", [
+    ("```{tab-set}\nx\n```", "tab-set"),
+    ("{unknownrole}`x`", "unknownrole"),
+    ("{doc}`nowhere`", "names no page"),
+    ("{cite}`nobody`", "not in the bibliography"),
+    ("{numref}`fig-none`", "no numbered figure"),
+    ("{glue:text}`missing`", "nothing was glued"),
+])
+def test_what_has_no_plain_form_is_an_error_that_names_it(tmp_path, markdown, message):
+    with pytest.raises(RunnableError, match=message):
+        _convert(tmp_path, [nbformat.v4.new_markdown_cell(markdown)])
+
+
+def test_a_figure_variable_assigned_again_before_the_figure_is_an_error(tmp_path):
+    cells = [_code("glue('f', fig)", [_glue_output("f", {"image/png": PNG, "text/plain": "<Figure>"})]),
+             _code("fig = None"),
+             nbformat.v4.new_markdown_cell("```{glue:figure} f\n:name: fig-f\nCaption.\n```")]
+    with pytest.raises(RunnableError, match="assigned again"):
+        _convert(tmp_path, cells)
+
+
+def test_site_tags_and_website_only_outputs(tmp_path):
+    widget = nbformat.v4.new_output("display_data", data={
+        "application/vnd.jupyter.widget-view+json": {"model_id": "m", "version_major": 2, "version_minor": 0},
+        "text/plain": "interactive(...)"})
+    state = nbformat.v4.new_output("display_data", data={"image/png": PNG},
+                                   metadata={PRECOMPUTED_STATE_KEY: {"scale": 0.5}})
+    cells = [
+        _code("import sys\nif 'google.colab' in sys.modules:\n    pass", tags=["remove-cell"]),
+        _code("hidden = 1", [nbformat.v4.new_output("stream", name="stdout", text="x\n")], tags=["remove-cell"]),
+        nbformat.v4.new_markdown_cell("Only on the website's source.", metadata={"tags": ["remove-cell"]}),
+        nbformat.v4.new_markdown_cell("Website only.", metadata={"tags": ["site-only"]}),
+        nbformat.v4.new_markdown_cell("Here only.", metadata={"tags": ["remove-cell", "runnable-only"]}),
+        _code("interact(...)", [widget, state], tags=["nbval-ignore-output"]),
+        _code("secret()", [nbformat.v4.new_output("stream", name="stdout", text="y\n")], tags=["remove-output"]),
+    ]
+    nb, book = _convert(tmp_path, cells)
+    sources = [c.source for c in nb.cells]
+    assert "https://github.com/someone/small-book" in sources[0] and '"trunk"' in sources[0]
+    assert "google.colab' in sys.modules:\n    pass" not in "\n".join(sources)  # the chapter's own Colab cell
+    hidden = next(c for c in nb.cells if c.source == "hidden = 1")
+    assert hidden.metadata["jupyter"] == {"source_hidden": True, "outputs_hidden": True} and hidden.outputs
+    assert "Only on the website's source." not in sources and "Website only." not in sources
+    assert "Here only." in sources
+    control = next(c for c in nb.cells if c.source == "interact(...)")
+    assert [list(o.data) for o in control.outputs] == [list(widget.data)]
+    assert control.metadata["tags"] == ["nbval-ignore-output"]
+    assert next(c for c in nb.cells if c.source == "secret()").outputs == []
+    counts = [c.execution_count for c in nb.cells if c.cell_type == "code" and c.outputs]
+    assert counts == list(range(1, len(counts) + 1))
+
+
+def test_the_install_cell_runs_outside_colab():
+    nb = edition(CHAPTERS[0])
+    config_url = BOOK.repository_url
+    assert config_url in nb.cells[0].source and "google.colab" in nb.cells[0].source
+    exec(compile(nb.cells[0].source, "install-cell", "exec"), {})  # outside Colab: only checks the import
+
+
+def test_filled_copy_restores_solutions_and_outputs():
+    chapter = CHAPTERS[0]
+    filled = filled_copy(edition(chapter), source(chapter))
+    solution = next(c for c in filled.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    assert "### BEGIN SOLUTION" in solution.source and "raise NotImplementedError()" not in solution.source
+
+
+def test_copy_missing_never_overwrites_a_students_notebook(tmp_path):
+    edition_dir, workspace = tmp_path / "edition", tmp_path / "work"
+    edition_dir.mkdir()
+    (edition_dir / "a.ipynb").write_text("new a")
+    (edition_dir / "b.ipynb").write_text("new b")
+    workspace.mkdir()
+    (workspace / "a.ipynb").write_text("my edits")
+    assert copy_missing(edition_dir, workspace) == [workspace / "b.ipynb"]
+    assert (workspace / "a.ipynb").read_text() == "my edits" and (workspace / "b.ipynb").read_text() == "new b"
+    (workspace / "b.ipynb").write_text("edited b")
+    assert copy_missing(edition_dir, workspace) == []
+    assert (workspace / "b.ipynb").read_text() == "edited b"
+
+
+def test_the_generated_files_are_deterministic_json():
+    first = edition_notebooks(ROOT, CHAPTERS[:1])
+    second = edition_notebooks(ROOT, CHAPTERS[:1])
+    assert first == second
+    for text in first.values():
+        json.loads(text)
+
+
+def test_binder_installs_the_cpu_build_of_torch():
+    from packaging.specifiers import SpecifierSet
+
+    binder = (ROOT / ".binder" / "requirements.txt").read_text()
+    lines = [line.split("#")[0].strip() for line in binder.splitlines()]
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in lines
+    pin = next(line for line in lines if line.startswith("torch=="))
+    assert pin.endswith("+cpu")
+    top = next(line for line in (ROOT / "requirements.txt").read_text().splitlines() if line.startswith("torch=="))
+    assert SpecifierSet(top.removeprefix("torch")).contains(pin.removeprefix("torch=="))
+    assert "-r ../requirements.txt" in lines
+    post = ROOT / ".binder" / "postBuild"
+    assert post.stat().st_mode & 0o111 and "pip install --no-deps" in post.read_text()
+
+
+def test_the_site_ignores_the_edition_and_the_workspace():
+    import yaml
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    for folder in (EDITION_DIR, "chapters/workspace"):
+        assert folder in config["exclude_patterns"] and f"{folder}/*" in config["exclude_patterns"]
+    assert "chapters/workspace/" in (ROOT / ".gitignore").read_text().splitlines()
