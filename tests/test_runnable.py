@@ -17,7 +17,7 @@ import re
 import nbformat
 import pytest
 
-from attnbook.runnable import (EDITION_DIR, PRECOMPUTED_STATE_KEY, Book, RunnableError, copy_missing,
+from attnbook.runnable import (EDITION_DIR, Book, RunnableError, copy_missing,
                                edition_notebooks, filled_copy, runnable_notebook, stale_notebooks,
                                write_filled_copies)
 from attnbook.runnable.syntax import without_code
@@ -110,12 +110,12 @@ def test_every_discussed_figure_is_an_image_output_where_the_text_shows_it(chapt
         assert caption.cell_type == "markdown" and "Description of the figure" in caption.source, (
             f"{chapter.stem}: the figure {name} has no caption and description under it")
         assert base64.b64decode(glued[name])[:8] == b"\x89PNG\r\n\x1a\n"
-    # Every "Fig. N" the text names is a figure shown in this notebook (or a link to another one).
-    numbers = {m for c in nb.cells if c.cell_type == "markdown" for m in re.findall(r"\*\*Fig\. (\d+)\.\*\*", c.source)}
+    # Every "Figure N" the text names is a figure shown in this notebook (or a link to another one).
+    numbers = {m for c in nb.cells if c.cell_type == "markdown" for m in re.findall(r"\*\*Figure (\d+[a-z]?\.\d+|\d+)\.\*\*", c.source)}
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            for number in re.findall(r"(?<!\[)Fig\. (\d+)(?!\]\()", cell.source):
-                assert number in numbers, f"{chapter.stem}: Fig. {number} is named but not shown here"
+            for number in re.findall(r"(?<!\[)Figure (\d+[a-z]?\.\d+|\d+)(?!\]\()", cell.source):
+                assert number in numbers, f"{chapter.stem}: Figure {number} is named but not shown here"
     # No output is left that a plain renderer cannot show, except MyST-NB's invisible records.
     for cell in nb.cells:
         for output in cell.get("outputs", []):
@@ -245,10 +245,10 @@ def test_roles_become_text_and_links(tmp_path):
     text = _markdown(nb)
     assert "x is 0.12, n is 12,345 and 0.123456." in text
     assert "See [Two](two.ipynb), [the start](https://github.com/someone/small-book/blob/trunk/chapters/intro.md)" in text
-    # figures are numbered through the book in reading order, as on the website
-    assert "[Fig. 2](two.ipynb), Figure 1, [Part two](two.ipynb), [(1)](two.ipynb)" in text
+    # outside the chapters, figures are numbered through the book in reading order, as on the website
+    assert "[Figure 2](two.ipynb), Figure 1, [Part two](two.ipynb), [(1)](two.ipynb)" in text
     assert "[Alpha and Beta, 2020, Lovelace, 1843], Lovelace [1843], $a^2$ and [two](two.ipynb)." in text
-    assert "**Fig. 1.** The [Two](two.ipynb) figure." in text and "A square." in text
+    assert "**Figure 1.** The [Two](two.ipynb) figure." in text and "A square." in text
     assert "## References" in text and "Ada Lovelace" in text
     assert "% a comment" not in text and "(a-target)=" not in text
     figure = next(c for c in nb.cells if c.cell_type == "code" and c.source == "fig")
@@ -308,7 +308,7 @@ def test_site_tags_and_website_only_outputs(tmp_path):
         "application/vnd.jupyter.widget-view+json": {"model_id": "m", "version_major": 2, "version_minor": 0},
         "text/plain": "interactive(...)"})
     state = nbformat.v4.new_output("display_data", data={"image/png": PNG},
-                                   metadata={PRECOMPUTED_STATE_KEY: {"scale": 0.5}})
+                                   metadata={"attnbook": {"control": {"id": "ctl-x", "state": 0}}})
     cells = [
         _code("import sys\nif 'google.colab' in sys.modules:\n    pass", tags=["remove-cell"]),
         _code("hidden = 1", [nbformat.v4.new_output("stream", name="stdout", text="x\n")], tags=["remove-cell"]),

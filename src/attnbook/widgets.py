@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "slider", "dropdown", "Control", "explore", "Explorer", "precomputing", "MAX_STATES",
+    "slider", "dropdown", "Control", "explore", "Explorer", "precomputing", "is_precomputed_state", "MAX_STATES",
     "power_of_two_slider", "log_slider", "interact_on_axes", "small_multiples", "mask_editor",
 ]
 
@@ -103,6 +103,12 @@ def dropdown(name: str, options: Sequence, value=None, label: str | None = None,
              format: Callable | None = None) -> Control:
     """A dropdown menu over ``options`` for the keyword ``name`` of ``draw`` (default: the first)."""
     return _control("dropdown", name, options, value, label, format)
+
+
+def is_precomputed_state(output: Mapping) -> bool:
+    """True for a notebook output that :func:`explore` stored for the website (one setting's image)."""
+    metadata = output.get("metadata") or {}
+    return "control" in (metadata.get("attnbook") or {})
 
 
 def precomputing() -> bool:

@@ -24,14 +24,9 @@ import re
 
 from docutils import nodes
 
+from attnbook.runnable.book import chapter_number  # the runnable edition numbers figures the same way
+
 CHECK_FIRST_LINE = re.compile(r"^\s*#\s*Check\b")
-CHAPTER_FILE = re.compile(r"(?:^|/)(\d+)([a-z]*)_[^/]*$")
-
-
-def chapter_number(docname: str) -> str | None:
-    """'chapters/03_scaled_dot_product' -> '3', 'chapters/05b_four_scores' -> '5b'; else None."""
-    match = CHAPTER_FILE.search(docname)
-    return f"{int(match.group(1))}{match.group(2)}" if match else None
 
 
 def number_per_chapter(app, env) -> list[str]:

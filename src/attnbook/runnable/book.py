@@ -5,9 +5,11 @@ reads the same sources Sphinx reads (``_config.yml``, ``_toc.yml``, the pages, `
 and answers the questions a reference asks: the title of a page, the number of a figure or an
 equation, the heading a label points to, the author-year form of a citation.
 
-Numbers follow the website's numbering (``numfig`` without a numbered table of contents): figures
-and equations are counted through the pages in the order of the table of contents, and only a
-figure with a name and a caption gets a number, as Sphinx does.
+Numbers follow the website's numbering: figures are counted within their chapter, with the
+chapter's number taken from its file name (the second figure of ``chapters/03_scaled_dot_product``
+is 3.2; :func:`chapter_number`, which the website's extension uses too); equations are counted
+through the pages in the order of the table of contents; only a figure with a name and a caption
+gets a number, as Sphinx does.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import pathlib
 import posixpath
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -22,7 +25,15 @@ import yaml
 
 from .syntax import EQUATION_LABEL, FENCE_OPEN, HEADING, TARGET, closing_line, directive_options, without_code
 
-__all__ = ["Book", "RunnableError", "Citation", "markdown_cells"]
+__all__ = ["Book", "RunnableError", "Citation", "markdown_cells", "chapter_number"]
+
+CHAPTER_FILE = re.compile(r"(?:^|/)(\d+)([a-z]*)_[^/]*$")
+
+
+def chapter_number(docname: str) -> str | None:
+    """'chapters/03_scaled_dot_product' -> '3', 'chapters/05b_four_scores' -> '5b'; else None."""
+    match = CHAPTER_FILE.search(docname)
+    return f"{int(match.group(1))}{match.group(2)}" if match else None
 
 # The website's Sphinx extension that labels bibliography entries by author and year.
 SITE_LABELS = "src/site-assets/bibliography_style.py"
@@ -126,11 +137,12 @@ class Book:
     def _scan(self) -> dict:
         """One pass over every page: titles, figure and equation numbers, section labels."""
         titles: dict[str, str] = {}
-        figures: dict[str, tuple[str, int]] = {}  # label -> (docname, number)
+        figures: dict[str, tuple[str, str]] = {}  # label -> (docname, number such as '3.2')
         equations: dict[str, tuple[str, int]] = {}
         sections: dict[str, tuple[str, str]] = {}  # label -> (docname, heading)
-        figure_count = equation_count = 0
+        figure_count = equation_count = 0  # through the book, as Sphinx counts
         for docname in self.pages:
+            chapter, in_chapter = chapter_number(docname), 0
             path = self.path(docname)
             if path is None:
                 continue
@@ -157,7 +169,9 @@ class Book:
                         elif "name" in options and any(c.strip() for c in content):
                             # Sphinx numbers a figure that has a name and a caption
                             figure_count += 1
-                            figures[options["name"]] = (docname, figure_count)
+                            in_chapter += 1
+                            figures[options["name"]] = (
+                                docname, f"{chapter}.{in_chapter}" if chapter else str(figure_count))
                     for match in EQUATION_LABEL.finditer(line):
                         equation_count += 1
                         equations[match["label"]] = (docname, equation_count)
@@ -167,7 +181,7 @@ class Book:
     def title(self, docname: str) -> str:
         return self._scan["titles"].get(docname, pathlib.PurePosixPath(docname).name)
 
-    def figure(self, label: str, current: str) -> tuple[str, int]:
+    def figure(self, label: str, current: str) -> tuple[str, str]:
         try:
             return self._scan["figures"][label]
         except KeyError:

@@ -35,11 +35,12 @@ import re
 
 import nbformat
 
+from ..widgets import is_precomputed_state
 from .book import Book, RunnableError
 from .myst import FigureBlock, MarkdownConverter
 
 __all__ = ["EDITION_DIR", "install_cell", "runnable_notebook", "student_exercise_cells",
-           "website_only_output", "filled_copy", "PRECOMPUTED_STATE_KEY"]
+           "website_only_output", "filled_copy"]
 
 EDITION_DIR = "chapters/runnable"  # relative to the book's root; not in the table of contents
 GLUE_PREFIX = "application/papermill.record/"
@@ -50,7 +51,6 @@ HIDE_CELL, HIDE_INPUT, HIDE_OUTPUT = "hide-cell", "hide-input", "hide-output"
 SITE_ONLY, RUNNABLE_ONLY = "site-only", "runnable-only"
 SITE_TAGS = {REMOVE_CELL, REMOVE_INPUT, REMOVE_OUTPUT, HIDE_CELL, HIDE_INPUT, HIDE_OUTPUT, SITE_ONLY, RUNNABLE_ONLY}
 # Output metadata that marks a control's state computed for the website (an image per state).
-PRECOMPUTED_STATE_KEY = "attnbook-control-state"
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 
 
@@ -61,11 +61,11 @@ def website_only_output(output: dict) -> bool:
     """True for an output the runnable edition drops because only the website needs it.
 
     The website shows a control (a slider, a picker) without a kernel by storing one image per
-    state, each marked in its output metadata under :data:`PRECOMPUTED_STATE_KEY`. In a running
+    state, each marked in its output metadata (:func:`attnbook.widgets.is_precomputed_state`). In a running
     notebook the live ipywidgets control draws those states itself, so the images are dropped and
     the control's own output (its widget view) is kept.
     """
-    return PRECOMPUTED_STATE_KEY in (output.get("metadata") or {})
+    return is_precomputed_state(output)
 
 
 def student_exercise_cells(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -185,7 +185,7 @@ def _figure_cells(block: FigureBlock, variable: str, data: dict, cell_id: str) -
     code.outputs = [output]
     parts = []
     if block.number is not None:
-        parts.append(f"**Fig. {block.number}.** {block.caption}".strip())
+        parts.append(f"**Figure {block.number}.** {block.caption}".strip())
     elif block.caption:
         parts.append(block.caption)
     if block.alt:

@@ -47,7 +47,7 @@ GLUE_KINDS = {"glue": "text/plain", "glue:any": "text/plain", "glue:text": "text
 CODE_BLOCKS = ("code-block", "code", "sourcecode", "code-cell")
 IGNORED = ("toctree", "tableofcontents", "contents")
 # The website's figure label (Sphinx's numfig_format default for figures) and equation label.
-FIGURE_FORMAT = "Fig. %s"
+FIGURE_FORMAT = "Figure %s"
 LANGUAGES = {".py": "python", ".sh": "bash", ".yml": "yaml", ".yaml": "yaml", ".json": "json",
              ".toml": "toml", ".cfg": "ini", ".txt": "text", ".md": "markdown"}
 
