@@ -50,10 +50,13 @@ def _read_manifest(data_dir: pathlib.Path) -> dict[str, dict]:
     if not path.is_file():
         return {}
     try:
-        files = json.loads(path.read_text())["files"]
+        files = dict(json.loads(path.read_text())["files"])
+        for entry in files.values():
+            if not (isinstance(entry["bytes"], int) and isinstance(entry["sha256"], str)):
+                raise TypeError("an entry without an int 'bytes' and a str 'sha256'")
     except (ValueError, KeyError, TypeError) as exc:
         raise DataFileError(f"the manifest {str(path)!r} is not readable: {exc}") from exc
-    return dict(files)
+    return files
 
 
 def record(paths: Iterable[str | pathlib.Path], data_dir: str | pathlib.Path = DATA_DIR) -> None:
@@ -62,8 +65,8 @@ def record(paths: Iterable[str | pathlib.Path], data_dir: str | pathlib.Path = D
     files = _read_manifest(data_dir)
     for path in paths:
         path = pathlib.Path(path)
-        if path.resolve().parent != data_dir.resolve():
-            raise DataFileError(f"record: {str(path)!r} is not a file directly inside {str(data_dir)!r}")
+        if path.resolve().parent != data_dir.resolve() or path.name == MANIFEST:
+            raise DataFileError(f"record: {str(path)!r} is not a data file directly inside {str(data_dir)!r}")
         files[path.name] = {"bytes": path.stat().st_size, "sha256": sha256(path)}
     text = json.dumps({"files": dict(sorted(files.items()))}, indent=1) + "\n"
     tmp = _manifest_path(data_dir).with_suffix(".tmp")

@@ -13,7 +13,7 @@ import random
 import numpy as np
 import torch
 
-__all__ = ["setup", "seed_everything", "glue", "in_colab"]
+__all__ = ["setup", "seed_everything", "glue"]
 
 
 def seed_everything(seed: int = 0) -> None:
@@ -21,12 +21,6 @@ def seed_everything(seed: int = 0) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def in_colab() -> bool:
-    import sys
-
-    return "google.colab" in sys.modules
 
 
 def setup(seed: int = 0) -> None:

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from . import _checks as check
 from .data import EOS, PAD, ReversalTask, pad_sequences
 
 __all__ = [
@@ -61,22 +62,6 @@ class TrainResult:
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
 
-    def smoothed(self, window: int = 50) -> list[float]:
-        """Running mean of the loss over the last ``window`` steps."""
-        out, total = [], 0.0
-        for i, loss in enumerate(self.losses):
-            total += loss
-            if i >= window:
-                total -= self.losses[i - window]
-            out.append(total / min(i + 1, window))
-        return out
-
-
-def _positive_int(where: str, name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{where}: `{name}` must be a positive int; got {value!r}")
-    return value
-
 
 def train(
     model: nn.Module,
@@ -103,8 +88,8 @@ def train(
     task = ReversalTask() if task is None else task
     if not isinstance(task, ReversalTask):
         raise TypeError(f"train: `task` must be a ReversalTask or None; got {type(task).__name__}")
-    _positive_int("train", "steps", steps)
-    _positive_int("train", "batch_size", batch_size)
+    check.positive_int("train", "steps", steps)
+    check.positive_int("train", "batch_size", batch_size)
     for name, value in (("lr", lr), ("clip", clip)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
             raise ValueError(f"train: `{name}` must be a positive finite number; got {value!r}")
@@ -146,7 +131,7 @@ def predict(
     Shapes:
         sources: N sequences -> N token lists, N weight tensors (T', S_n) or None
     """
-    _positive_int("predict", "batch_size", batch_size)
+    check.positive_int("predict", "batch_size", batch_size)
     model.eval()
     outputs: list[list[int]] = []
     weights_out: list[Tensor | None] = []
