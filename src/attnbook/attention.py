@@ -52,6 +52,12 @@ class Attention(nn.Module):
         self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None, *,
         key_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
+        """Attend from every query to the keys: scores, masked softmax, weighted sum.
+
+        Shapes:
+            queries (B, L, Dq), keys (B, S, Dk), values (B, S, Dv), mask (L, S) | (B, L, S),
+            key_mask (B, S) -> context (B, L, Dv), weights (B, L, S)
+        """
         B, L, S = _check_inputs(queries, keys, values, mask, key_mask)
         scores = self.score(queries, keys)  # (B, L, S)
         if check.shape(scores) != (B, L, S):

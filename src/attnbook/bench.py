@@ -67,7 +67,11 @@ TARGETS: dict[str, tuple[str, float, str]] = {
 
 @dataclass
 class Sizes:
-    """The sizes of one run (full or smoke)."""
+    """The sizes of one run (full or smoke).
+
+    Shapes:
+        no tensors
+    """
 
     mha_configs: Sequence[tuple[int, int, int, int]]  # (B, L=S, E, H)
     mha_repeats: Sequence[int]  # repeats for each configuration (small ones are cheap and noisy)
@@ -118,7 +122,11 @@ SMOKE = Sizes(
 
 # ----------------------------------------------------------------------------- multi-head attention
 def bench_multihead(sizes: Sizes) -> list[dict]:
-    """Time the book's MultiHeadAttention against nn.MultiheadAttention, and fused_attention against F.sdpa."""
+    """Time the book's MultiHeadAttention against nn.MultiheadAttention, and fused_attention against F.sdpa.
+
+    Shapes:
+        x (B, L, E) for each configuration; no tensors returned
+    """
     from .multihead import MultiHeadAttention
 
     rows = []
@@ -171,7 +179,11 @@ def _with_backward(fn: Callable[[], torch.Tensor], module: nn.Module) -> Callabl
 
 # ----------------------------------------------------------------------------- GFLOP/s
 def bench_flops(sizes: Sizes) -> dict:
-    """GFLOP/s of the readable attention against a large fp32 matmul, measured alternately."""
+    """GFLOP/s of the readable attention against a large fp32 matmul, measured alternately.
+
+    Shapes:
+        q, k, v (B, H, L, D); no tensors returned
+    """
     B, H, D = sizes.flops_heads
     L = S = sizes.flops_length
     n = sizes.matmul_size
@@ -194,7 +206,11 @@ def bench_flops(sizes: Sizes) -> dict:
 
 # ----------------------------------------------------------------------------- tiled attention
 def bench_tiled(sizes: Sizes) -> list[dict]:
-    """Time and peak memory of plain, tiled and fused (SDPA) attention as L = S grows, D = 64."""
+    """Time and peak memory of plain, tiled and fused (SDPA) attention as L = S grows, D = 64.
+
+    Shapes:
+        q, k, v (1, 1, L, 64); no tensors returned
+    """
     rows = []
     for L in sizes.tiled_lengths:
         torch.manual_seed(0)
@@ -216,7 +232,11 @@ def bench_tiled(sizes: Sizes) -> list[dict]:
 # ----------------------------------------------------------------------------- KV cache
 def bench_kv_cache(sizes: Sizes) -> list[dict]:
     """Greedy decoding with and without the key/value cache, and whether the tokens agree,
-    for each model size."""
+    for each model size.
+
+    Shapes:
+        prompt (1, L0); no tensors returned
+    """
     from .transformer import TinyTransformer
 
     rows = []
@@ -276,7 +296,11 @@ def _verdict(key: str, value: float) -> tuple[str, str]:
 
 
 def format_table(results: dict) -> str:
-    """The markdown tables: ratios against targets, then the raw times and memory."""
+    """The markdown tables: ratios against targets, then the raw times and memory.
+
+    Shapes:
+        no tensors
+    """
     lines = ["| measure | configuration | ratio | target | met |", "|---|---|---:|---|---|"]
     for key, value in results["ratios"].items():
         name, config = key[:-1].split("[", 1)
@@ -323,7 +347,11 @@ def _loads(loads) -> str:
 
 
 def run(sizes: Sizes, *, threads: int) -> dict:
-    """Run every benchmark once with ``threads`` threads and return the results (with ratios)."""
+    """Run every benchmark once with ``threads`` threads and return the results (with ratios).
+
+    Shapes:
+        no tensors returned
+    """
     torch.set_num_threads(threads)
     start = time.perf_counter()
     results: dict = {
@@ -350,6 +378,11 @@ def run(sizes: Sizes, *, threads: int) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: ``python -m attnbook.bench [--smoke] [--threads N] [--out FILE]``.
+
+    Shapes:
+        no tensors
+    """
     parser = argparse.ArgumentParser(prog="python -m attnbook.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")

@@ -182,6 +182,9 @@ class ReversalTask:
     >>> task = ReversalTask(min_len=4, max_len=6)
     >>> sources, targets = task.sample(2, seed=0)
     >>> [decode(s) + " -> " + decode(t) for s, t in zip(sources, targets)]  # doctest: +SKIP
+
+    Shapes:
+        no tensors: sources and targets are lists of token ids (see :func:`make_batch` for tensors)
     """
 
     min_len: int = 4
@@ -200,16 +203,28 @@ class ReversalTask:
 
     @property
     def lengths(self) -> range:
-        """Every source length the task produces."""
+        """Every source length the task produces.
+
+        Shapes:
+            no tensors
+        """
         return range(self.min_len, self.max_len + 1)
 
     @staticmethod
     def target(source: Sequence[int]) -> list[int]:
-        """The answer for one source: its tokens reversed."""
+        """The answer for one source: its tokens reversed.
+
+        Shapes:
+            no tensors: a list of token ids
+        """
         return list(source)[::-1]
 
     def sources_of_lengths(self, lengths: Sequence[int], generator: torch.Generator) -> list[list[int]]:
-        """Random digit sequences of the given lengths, drawn from ``generator``."""
+        """Random digit sequences of the given lengths, drawn from ``generator``.
+
+        Shapes:
+            no tensors: lists of token ids
+        """
         lengths = [int(n) for n in lengths]
         total = sum(lengths)
         digits = torch.randint(len(SPECIALS), VOCAB_SIZE, (total,), generator=generator).tolist()

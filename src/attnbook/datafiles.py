@@ -29,11 +29,19 @@ MANIFEST = "manifest.json"
 
 
 class DataFileError(ValueError):
-    """A file in ``data/`` is missing, damaged, unlisted, or not what the caller asked for."""
+    """A file in ``data/`` is missing, damaged, unlisted, or not what the caller asked for.
+
+    Shapes:
+        no tensors
+    """
 
 
 def sha256(path: str | pathlib.Path) -> str:
-    """The SHA-256 digest of a file's bytes, as 64 hex digits."""
+    """The SHA-256 digest of a file's bytes, as 64 hex digits.
+
+    Shapes:
+        no tensors
+    """
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -60,7 +68,11 @@ def _read_manifest(data_dir: pathlib.Path) -> dict[str, dict]:
 
 
 def record(paths: Iterable[str | pathlib.Path], data_dir: str | pathlib.Path = DATA_DIR) -> None:
-    """Add or update the manifest entries (size and digest) of files written into ``data_dir``."""
+    """Add or update the manifest entries (size and digest) of files written into ``data_dir``.
+
+    Shapes:
+        no tensors
+    """
     data_dir = pathlib.Path(data_dir)
     files = _read_manifest(data_dir)
     for path in paths:
@@ -80,6 +92,9 @@ def verified(path: str | pathlib.Path) -> pathlib.Path:
     Raises:
         FileNotFoundError: the file does not exist.
         DataFileError: the file is empty, not in the manifest, or its size or digest differs.
+
+    Shapes:
+        no tensors
     """
     path = pathlib.Path(path)
     if not path.is_file():
@@ -116,6 +131,9 @@ def load_checkpoint_file(path: str | pathlib.Path, expected: Mapping[str, object
     Raises:
         DataFileError: the file fails :func:`verified`, cannot be read, has another layout, a config
             that differs from ``expected``, or a tensor with a NaN or an infinity.
+
+    Shapes:
+        each tensor of the state_dict with its own shape
     """
     path = verified(path)
     try:
@@ -141,7 +159,11 @@ def load_checkpoint_file(path: str | pathlib.Path, expected: Mapping[str, object
 
 
 def load_json_file(path: str | pathlib.Path) -> dict:
-    """Load a verified JSON file of ``data/`` (results written by the experiments commands)."""
+    """Load a verified JSON file of ``data/`` (results written by the experiments commands).
+
+    Shapes:
+        no tensors
+    """
     path = verified(path)
     try:
         data = json.loads(path.read_text())

@@ -71,24 +71,45 @@ class KVCache:
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of the cached keys and values.
+
+        Shapes:
+            no tensors
+        """
         return self._keys.dtype
 
     @property
     def keys(self) -> Tensor:
-        """The cached keys, (B, H, S, D)."""
+        """The cached keys, (B, H, S, D).
+
+        Shapes:
+            -> (B, H, S, D)
+        """
         return self._keys[:, :, : self.length]
 
     @property
     def values(self) -> Tensor:
-        """The cached values, (B, H, S, D)."""
+        """The cached values, (B, H, S, D).
+
+        Shapes:
+            -> (B, H, S, D)
+        """
         return self._values[:, :, : self.length]
 
     def reset(self) -> None:
-        """Forget every cached position (the memory is kept for reuse)."""
+        """Forget every cached position (the memory is kept for reuse).
+
+        Shapes:
+            no tensors (the buffers are kept)
+        """
         self.length = 0
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store the keys and values of L new positions; return all S cached so far."""
+        """Store the keys and values of L new positions; return all S cached so far.
+
+        Shapes:
+            k (B, H, L, D), v (B, H, L, D) -> keys (B, H, S, D), values (B, H, S, D)
+        """
         self._check_append(k, v)
         start, end = self.length, self.length + k.shape[2]
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):

@@ -66,6 +66,9 @@ def memory_timeline(fn: Callable, *args, **kwargs) -> list[tuple[int, int]]:
         ``< 0`` for a free. Frees of tensors that existed before the call appear too
         (negative), and the result of ``fn`` is freed after the profiler stops, so it
         appears only as an allocation.
+
+    Shapes:
+        no tensors of its own: ``fn``'s arguments pass through unchanged
     """
     _check_callable("memory_timeline", fn)
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=False)
@@ -99,6 +102,9 @@ def peak_memory_bytes(fn: Callable, *args, **kwargs) -> int:
     starts.
 
     Example: ``peak_memory_bytes(torch.zeros, 1000, 1000)`` is 4,000,000 (a million float32).
+
+    Shapes:
+        no tensors of its own: ``fn``'s arguments pass through unchanged
     """
     _check_callable("peak_memory_bytes", fn)
     total = peak = 0
@@ -117,6 +123,9 @@ def time_call(fn: Callable, *args, repeats: int = 7, warmup: int = 1, **kwargs) 
 
     ``warmup`` calls run first and are not timed (they fill caches and let PyTorch pick its
     kernels). The median, unlike the mean, ignores the odd call slowed down by another process.
+
+    Shapes:
+        no tensors of its own: ``fn``'s arguments pass through unchanged
     """
     _check_callable("time_call", fn)
     return interleaved_medians({"fn": lambda: fn(*args, **kwargs)}, repeats=repeats, warmup=warmup,
@@ -131,6 +140,9 @@ def interleaved_medians(
     ``warmup`` rounds run first untimed. Calling the competitors alternately, rather than one
     after the other, means a slow patch of the machine hits all of them, which keeps their
     ratios honest on a shared machine.
+
+    Shapes:
+        no tensors of its own
     """
     check.positive_int(where, "repeats", repeats)
     check.nonnegative_int(where, "warmup", warmup)

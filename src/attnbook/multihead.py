@@ -97,7 +97,7 @@ class _MultiHead(nn.Module):
         Shapes:
             query (B, L, E), key (B, S, Ek), value (B, S, Ev) -> q (B, H, L, D), k and v (B, H, S, D)
         """
-        b_q, b_k, b_v = (None, None, None) if self.in_proj_bias is None else self.in_proj_bias.chunk(3)
+        b_q, b_k, b_v = (None, None, None) if self.in_proj_bias is None else self.in_proj_bias.chunk(3)  # (E,) each
         if not self._qkv_same_embed_dim:
             w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
         elif query is key and key is value:  # self-attention: one matrix product for q, k and v

@@ -17,7 +17,11 @@ __all__ = ["setup", "seed_everything", "glue"]
 
 
 def seed_everything(seed: int = 0) -> None:
-    """Seed Python's, NumPy's and PyTorch's generators."""
+    """Seed Python's, NumPy's and PyTorch's generators.
+
+    Shapes:
+        no tensors
+    """
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -25,7 +29,11 @@ def seed_everything(seed: int = 0) -> None:
 
 def setup(seed: int = 0) -> None:
     """Seed everything, print tensors with 4 decimals, and draw figures as PNG in a
-    colour-blind-safe palette."""
+    colour-blind-safe palette.
+
+    Shapes:
+        no tensors
+    """
     seed_everything(seed)
     torch.set_printoptions(precision=4, sci_mode=False)
     np.set_printoptions(precision=4, suppress=True)
@@ -45,7 +53,11 @@ def setup(seed: int = 0) -> None:
 
 def glue(name: str, value, display: bool = False):
     """Make ``value`` (a number, a string or a matplotlib figure) available to the page's prose
-    as ``{glue:text}`name``` or ``{glue:figure} name``. Without MyST-NB the value is shown."""
+    as ``{glue:text}`name``` or ``{glue:figure} name``. Without MyST-NB the value is shown.
+
+    Shapes:
+        no tensors (a 0-d tensor is glued as a number)
+    """
     if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
         # NumPy scalars and 0-d tensors become Python numbers: their repr (np.float64(0.5),
         # tensor(0.5)) cannot be formatted by {glue:text}`name:.2f`.

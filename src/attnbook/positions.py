@@ -82,6 +82,11 @@ class LearnedPositions(nn.Module):
         nn.init.normal_(self.table.weight, std=0.02)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Add the vectors of positions offset .. offset + L - 1.
+
+        Shapes:
+            x (B, L, E), offset -> (B, L, E)
+        """
         L = x.shape[-2]
         if offset < 0 or offset + L > self.max_len:
             raise ValueError(

@@ -55,6 +55,11 @@ class DotScore(nn.Module):
     """
 
     def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
+        """The dot product of every query with every key.
+
+        Shapes:
+            queries (B, L, D), keys (B, S, D) -> scores (B, L, S)
+        """
         _check("DotScore", queries, keys, same_width=True)
         return queries @ keys.transpose(1, 2)  # (B, L, S)
 
@@ -70,6 +75,11 @@ class ScaledDotScore(nn.Module):
     """
 
     def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
+        """The dot product of every query with every key, divided by sqrt(D).
+
+        Shapes:
+            queries (B, L, D), keys (B, S, D) -> scores (B, L, S)
+        """
         _check("ScaledDotScore", queries, keys, same_width=True)
         return queries @ keys.transpose(1, 2) / math.sqrt(queries.shape[-1])  # (B, L, S)
 
@@ -96,12 +106,22 @@ class BilinearScore(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Xavier-uniform W.
+
+        Shapes:
+            weight (Dq, Dk)
+        """
         nn.init.xavier_uniform_(self.weight)
 
     def extra_repr(self) -> str:
         return f"query_dim={self.query_dim}, key_dim={self.key_dim}"
 
     def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
+        """Map each query into key space with W, then take dot products with the keys.
+
+        Shapes:
+            queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
+        """
         _check("BilinearScore", queries, keys, same_width=False,
                query_dim=self.query_dim, key_dim=self.key_dim)
         projected = queries @ self.weight  # (B, L, Dk): each query mapped into key space
@@ -139,6 +159,11 @@ class AdditiveScore(nn.Module):
         return f"query_dim={self.query_dim}, key_dim={self.key_dim}, hidden_dim={self.hidden_dim}"
 
     def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
+        """Project queries and keys once each, add them by broadcasting, then tanh and v.
+
+        Shapes:
+            queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
+        """
         _check("AdditiveScore", queries, keys, same_width=False,
                query_dim=self.query_dim, key_dim=self.key_dim)
         q = self.query_proj(queries).unsqueeze(2)  # (B, L, 1, Dh)

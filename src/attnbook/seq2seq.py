@@ -135,6 +135,11 @@ class Encoder(nn.Module):
         self.hidden_dim = hidden_dim
 
     def forward(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """Every encoder state (zero on padding) and each sequence's final state.
+
+        Shapes:
+            src (B, S), src_lengths (B,) -> states (B, S, Dk), final (B, Dk)
+        """
         _check_source("Encoder", src, src_lengths, self.embedding.num_embeddings)
         states, _ = self.rnn(self.embedding(src))  # (B, S, Dk)
         real = padding_mask(src_lengths, max_len=src.shape[1])  # (B, S)
@@ -165,12 +170,22 @@ class BottleneckDecoder(nn.Module):
 
     def step(self, token: Tensor, state: Tensor, encoder_states: Tensor | None = None,
              source_mask: Tensor | None = None) -> tuple[Tensor, Tensor, None]:
+        """One decoding step from the previous token.
+
+        Shapes:
+            token (B,), state (B, Dq) -> logits (B, V), state (B, Dq), None
+        """
         output, _ = self.rnn(self.embedding(token).unsqueeze(1), state.unsqueeze(0))  # (B, 1, Dq)
         state = output.squeeze(1)  # (B, Dq)
         return self.out(state), state, None
 
     def forward(self, tgt_in: Tensor, initial_state: Tensor, encoder_states: Tensor | None = None,
                 source_mask: Tensor | None = None) -> tuple[Tensor, None]:
+        """Teacher forcing over a whole target.
+
+        Shapes:
+            tgt_in (B, T), initial_state (B, Dq) -> logits (B, T, V), None
+        """
         # Teacher forcing: every input token is known, so one GRU call runs all T steps.
         outputs, _ = self.rnn(self.embedding(tgt_in), initial_state.unsqueeze(0))  # (B, T, Dq)
         return self.out(outputs), None  # (B, T, V)
@@ -217,6 +232,12 @@ class AttentionDecoder(nn.Module):
 
     def step(self, token: Tensor, state: Tensor, encoder_states: Tensor,
              source_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """One decoding step: attend, update the state, predict.
+
+        Shapes:
+            token (B,), state (B, Dq), encoder_states (B, S, Dk), source_mask (B, S)
+            -> logits (B, V), state (B, Dq), weights (B, S)
+        """
         context, weights = attention_step(state, encoder_states, self.attention, source_mask)  # (B, Dk), (B, S)
         state = self.cell(torch.cat([self.embedding(token), context], dim=-1), state)  # (B, Dq)
         logits = self.out(torch.cat([state, context], dim=-1))  # (B, V)
@@ -224,6 +245,12 @@ class AttentionDecoder(nn.Module):
 
     def forward(self, tgt_in: Tensor, initial_state: Tensor, encoder_states: Tensor,
                 source_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Teacher forcing over a whole target, one step at a time.
+
+        Shapes:
+            tgt_in (B, T), initial_state (B, Dq), encoder_states (B, S, Dk), source_mask (B, S)
+            -> logits (B, T, V), weights (B, T, S)
+        """
         state = initial_state  # (B, Dq)
         all_logits, all_weights = [], []
         for t in range(tgt_in.shape[1]):
@@ -250,10 +277,19 @@ class Seq2Seq(nn.Module):
 
     @property
     def uses_attention(self) -> bool:
+        """Whether the decoder attends to the encoder states.
+
+        Shapes:
+            no tensors
+        """
         return bool(getattr(self.decoder, "uses_attention", False))
 
     def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
-        """Teacher forcing: the decoder reads the true previous token at every step."""
+        """Teacher forcing: the decoder reads the true previous token at every step.
+
+        Shapes:
+            src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V), weights (B, T, S) or None
+        """
         _check_source("Seq2Seq", src, src_lengths, self.encoder.embedding.num_embeddings)
         check.token_ids("Seq2Seq", "tgt_in", tgt_in, self.decoder.embedding.num_embeddings)
         if tgt_in.shape[0] != src.shape[0]:
@@ -274,6 +310,9 @@ class Seq2Seq(nn.Module):
 
         Returns:
             (tokens without the SOS, attention weights per step or None)
+
+        Shapes:
+            src (B, S), src_lengths (B,) -> tokens (B, T'), weights (B, T', S) or None
         """
         _check_source("Seq2Seq.greedy_decode", src, src_lengths, self.encoder.embedding.num_embeddings)
         max_len = check.positive_int("Seq2Seq.greedy_decode", "max_len", src.shape[1] + 1 if max_len is None else max_len)

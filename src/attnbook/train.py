@@ -57,7 +57,11 @@ def sequence_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
 
 @dataclass
 class TrainResult:
-    """What a training run leaves behind: the loss of every step and the wall time."""
+    """What a training run leaves behind: the loss of every step and the wall time.
+
+    Shapes:
+        no tensors: one float loss per step
+    """
 
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
@@ -154,6 +158,9 @@ class Evaluation:
     ``exact[i]``, ``token[i]`` and ``count[i]`` belong to source length ``lengths[i]``.
     Token accuracy counts the target positions, EOS included, where the greedy output holds
     the right token.
+
+    Shapes:
+        no tensors: one number per source length
     """
 
     lengths: list[int]
@@ -163,12 +170,21 @@ class Evaluation:
 
     @property
     def exact_overall(self) -> float:
+        """Exact match over every source, weighted by the count of each length.
+
+        Shapes:
+            no tensors
+        """
         return sum(e * c for e, c in zip(self.exact, self.count)) / sum(self.count)
 
     def bucketed(self, buckets: Sequence[tuple[int, int]] = DEFAULT_BUCKETS,
                  metric: str = "exact") -> dict[str, float]:
         """The mean of ``metric`` ("exact" or "token") over each inclusive range of lengths,
-        weighted by the number of sources of each length; keys like ``"4-8"``."""
+        weighted by the number of sources of each length; keys like ``"4-8"``.
+
+        Shapes:
+            no tensors
+        """
         if metric not in ("exact", "token"):
             raise ValueError(f"Evaluation.bucketed: `metric` must be 'exact' or 'token'; got {metric!r}")
         values = getattr(self, metric)
@@ -182,16 +198,30 @@ class Evaluation:
         return out
 
     def at(self, length: int, metric: str = "exact") -> float:
-        """``metric`` for one source length."""
+        """``metric`` for one source length.
+
+        Shapes:
+            no tensors
+        """
         if length not in self.lengths:
             raise ValueError(f"Evaluation.at: `length` {length} was not evaluated; have {self.lengths}")
         return getattr(self, metric)[self.lengths.index(length)]
 
     def to_dict(self) -> dict:
+        """A plain dict, for JSON.
+
+        Shapes:
+            no tensors
+        """
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Evaluation":
+        """Undo :meth:`to_dict`.
+
+        Shapes:
+            no tensors
+        """
         return cls(**{k: list(data[k]) for k in ("lengths", "exact", "token", "count")})
 
 

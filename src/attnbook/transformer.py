@@ -66,6 +66,11 @@ class TransformerBlock(nn.Module):
     def forward(
         self, x: Tensor, *, cache: KVCache | None = None, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
+        """x + attention(norm(x)), then x + mlp(norm(x)).
+
+        Shapes:
+            x (B, L, E) -> (B, L, E), weights (B, H, L, S) or None
+        """
         attended, weights = self.attn(
             self.norm1(x), cache=cache, need_weights=need_weights, average_attn_weights=False
         )  # (B, L, E), (B, H, L, S)
