@@ -59,6 +59,8 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) ->
         mask = mask.to(compute)
     scores = apply_mask(scores.to(compute), mask)  # -inf where blocked
     nothing = torch.isneginf(scores).all(dim, keepdim=True)  # rows with no key to attend to
+    if not nothing.any():
+        return torch.softmax(scores, dim).to(dtype)
     weights = torch.softmax(scores.masked_fill(nothing, 0.0), dim)  # the fill keeps 0/0 = NaN out
     return weights.masked_fill(nothing, 0.0).to(dtype)
 

@@ -135,12 +135,9 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
         if not isinstance(mask, Tensor) or not (mask.dtype == torch.bool or mask.dtype.is_floating_point):
             raise TypeError(f"combine_masks: `{name}` must be a bool tensor (True = may attend), a floating "
                             f"tensor (added to the scores) or None; got {check.described(mask)}")
-        if present:
-            try:
-                torch.broadcast_shapes(*(m.shape for m in present), mask.shape)
-            except RuntimeError:
-                raise ValueError(f"combine_masks: `{name}` of shape {check.shape(mask)} does not broadcast with "
-                                 f"the masks before it, of shapes {[check.shape(m) for m in present]}") from None
+        if present and check.broadcast(*(check.shape(m) for m in present), check.shape(mask)) is None:
+            raise ValueError(f"combine_masks: `{name}` of shape {check.shape(mask)} does not broadcast with "
+                             f"the masks before it, of shapes {[check.shape(m) for m in present]}")
         present.append(mask)
     allowed, additive = None, None
     for mask in present:
@@ -188,5 +185,5 @@ def build_mask(
     return combine_masks(
         mask,
         None if key_mask is None else expand_key_mask(key_mask, ndim),  # (B, 1, ..., 1, S)
-        causal_mask(L, S, device=device) if is_causal else None,  # (L, S)
+        causal_mask(L, S, device=device) if is_causal and L > 1 else None,  # (L, S); one query sees every key
     )
