@@ -202,6 +202,23 @@ def mask(where: str, name: str, value: object, scores_shape: tuple[int, ...], dt
     broadcasts_to(where, name, value, scores_shape, scores_text, hint)
 
 
+def combinable_masks(where: str, masks: tuple) -> list[Tensor]:
+    """The masks that are not None, if each is a bool or floating tensor and they broadcast together."""
+    present: list[Tensor] = []
+    for index, value in enumerate(masks):
+        if value is None:
+            continue
+        name = f"masks[{index}]"
+        if not isinstance(value, Tensor) or not (value.dtype == torch.bool or value.dtype.is_floating_point):
+            raise TypeError(f"{where}: `{name}` must be a bool tensor (True = may attend), a floating "
+                            f"tensor (added to the scores) or None; got {described(value)}")
+        if present and broadcast(*(shape(m) for m in present), shape(value)) is None:
+            raise ValueError(f"{where}: `{name}` of shape {shape(value)} does not broadcast with "
+                             f"the masks before it, of shapes {[shape(m) for m in present]}")
+        present.append(value)
+    return present
+
+
 def key_mask(where: str, value: object, scores_shape: tuple[int, ...]) -> None:
     """``key_mask``: bool, True on real keys, shaped (B, S) (or (..., S) whose leading dims are the
     scores' first leading dims, or (S,))."""

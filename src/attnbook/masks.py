@@ -127,29 +127,18 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
     tensor([[ True, False],
             [ True,  True]])
     """
-    present = []
-    for index, mask in enumerate(masks):
-        if mask is None:
-            continue
-        name = f"masks[{index}]"
-        if not isinstance(mask, Tensor) or not (mask.dtype == torch.bool or mask.dtype.is_floating_point):
-            raise TypeError(f"combine_masks: `{name}` must be a bool tensor (True = may attend), a floating "
-                            f"tensor (added to the scores) or None; got {check.described(mask)}")
-        if present and check.broadcast(*(check.shape(m) for m in present), check.shape(mask)) is None:
-            raise ValueError(f"combine_masks: `{name}` of shape {check.shape(mask)} does not broadcast with "
-                             f"the masks before it, of shapes {[check.shape(m) for m in present]}")
-        present.append(mask)
+    present = check.combinable_masks("combine_masks", masks)  # the masks that are not None
     allowed, additive = None, None
     for mask in present:
         if mask.dtype == torch.bool:
-            allowed = mask if allowed is None else allowed & mask
+            allowed = mask if allowed is None else allowed & mask  # blocked if any mask blocks
         else:
-            additive = mask if additive is None else additive + mask
+            additive = mask if additive is None else additive + mask  # the values add up
     if additive is None:
         return allowed
     if allowed is None:
         return additive
-    return torch.where(allowed, additive, float("-inf"))
+    return torch.where(allowed, additive, float("-inf"))  # blocked stays blocked, whatever is added
 
 
 def apply_mask(scores: Tensor, mask: Tensor | None) -> Tensor:
