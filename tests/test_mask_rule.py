@@ -19,7 +19,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 from torch.testing import assert_close
@@ -185,6 +185,7 @@ def test_all_minus_inf_row_is_nothing_to_attend_to_with_or_without_a_mask():
 
 
 # ----------------------------------------------------------------------------- property tests, float64
+@settings(max_examples=150)  # cheap cases; many combinations of masks
 @given(p=problems())
 def test_functional_attention_follows_the_rule(p):
     lead = (p["B"],)
@@ -199,6 +200,7 @@ def test_functional_attention_follows_the_rule(p):
     assert_close(tiled, expected_out, **EXACT)
 
 
+@settings(max_examples=100)
 @given(p=problems())
 def test_attention_module_follows_the_rule(p):
     q, k, v = _tensors(p, (p["B"],), F64)
@@ -212,6 +214,7 @@ def test_attention_module_follows_the_rule(p):
     assert_close(w, expected_w, **EXACT)
 
 
+@settings(max_examples=100)
 @given(p=problems())
 def test_masked_softmax_follows_the_rule(p):
     B, L, S = p["B"], p["L"], p["S"]
@@ -224,6 +227,7 @@ def test_masked_softmax_follows_the_rule(p):
     assert_close(masked_softmax(scores, mask), expected, **EXACT)
 
 
+@settings(max_examples=100)
 @given(p=problems(heads=True, zero_sizes=False))
 def test_multi_head_both_backends_follow_the_rule_like_torch(p):
     B, H, L, S, D = p["B"], p["H"], p["L"], p["S"], p["D"]
@@ -256,6 +260,7 @@ def test_multi_head_both_backends_follow_the_rule_like_torch(p):
 
 # ----------------------------------------------------------------------------- every dtype
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@settings(max_examples=60)
 @given(data=st.data())
 def test_low_precision_paths_follow_the_rule(dtype, data):
     p = data.draw(problems(dtype=dtype, max_float=1, zero_sizes=False))
