@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnbook.data import ReversalTask
 from attnbook.functional import masked_softmax, split_heads
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask, padding_mask
@@ -32,6 +33,8 @@ CASES = [
     (lambda: TransformerBlock(8, 2, mlp_ratio=1.5), TypeError, ["TransformerBlock", "`mlp_ratio`", "1.5"]),
     (lambda: repeat_batch(2, None, 4), TypeError, ["repeat_batch", "`half_len`", "NoneType"]),
     (lambda: LearnedPositions(0, 4), ValueError, ["LearnedPositions", "`max_len`", "0"]),
+    (lambda: ReversalTask(min_len=1.5), TypeError, ["ReversalTask", "`min_len`", "1.5"]),
+    (lambda: ReversalTask().sample(0, seed=0), ValueError, ["ReversalTask.sample", "`n`", "0"]),
     (lambda: tiled_attention(q, q, q, block_size=0), ValueError, ["tiled_attention", "`block_size`", "0"]),
     (lambda: split_heads(q, 3), ValueError, ["split_heads", "E=4", "num_heads=3"]),
     (lambda: split_heads(q, "2"), TypeError, ["split_heads", "`num_heads`", "'2'"]),

@@ -95,7 +95,9 @@ def train(
     check.positive_int("train", "steps", steps)
     check.positive_int("train", "batch_size", batch_size)
     for name, value in (("lr", lr), ("clip", clip)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"train: `{name}` must be a positive finite number; got {check.described(value)}")
+        if not value > 0 or not math.isfinite(value):
             raise ValueError(f"train: `{name}` must be a positive finite number; got {value!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"train: `seed` must be an int; got {seed!r}")
