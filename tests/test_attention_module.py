@@ -51,7 +51,7 @@ def test_no_mask_matches_sdpa(L, S):
 def test_padding_mask_matches_sdpa():
     q, k, v = qkv()
     mask = padding_mask([6, 3, 1], max_len=6)  # (B, S)
-    context, weights = Attention(ScaledDotScore())(q, k, v, mask)
+    context, weights = Attention(ScaledDotScore())(q, k, v, key_mask=mask)
     ref_out, ref_w = sdpa_with_weights(q, k, v, mask[:, None, :])
     assert_close(context, ref_out, **EXACT)
     assert_close(weights, ref_w, **EXACT)
@@ -95,7 +95,7 @@ def test_fully_masked_rows_give_zero_context():
 
 def test_empty_padding_row_gives_zero_context():
     q, k, v = qkv()
-    context, _ = Attention(DotScore())(q, k, v, padding_mask([6, 0, 2], max_len=6))
+    context, _ = Attention(DotScore())(q, k, v, key_mask=padding_mask([6, 0, 2], max_len=6))
     assert (context[1] == 0).all() and (context[0] != 0).any()
 
 
@@ -110,11 +110,11 @@ def test_changing_a_masked_key_or_value_changes_nothing(lengths, L, seed):
     q, k, v = qkv(B=B, L=L, S=S, Dq=4, Dk=3, Dv=2)
     mask = padding_mask(lengths, max_len=S)  # (B, S)
     attention = Attention(AdditiveScore(4, 3, 5)).double()
-    context, weights = attention(q, k, v, mask)
+    context, weights = attention(q, k, v, key_mask=mask)
     k2, v2 = k.clone(), v.clone()
     k2[~mask] = 1e3 * torch.randn_like(k2[~mask])
     v2[~mask] = 1e3 * torch.randn_like(v2[~mask])
-    context2, weights2 = attention(q, k2, v2, mask)
+    context2, weights2 = attention(q, k2, v2, key_mask=mask)
     assert_close(context2, context, **EXACT)
     assert_close(weights2, weights, **EXACT)
     row_sums = weights.sum(-1)  # (B, L): 1 where a key is attended, 0 for empty sequences
@@ -127,7 +127,7 @@ def test_changing_a_masked_key_or_value_changes_nothing(lengths, L, seed):
 )
 def test_query_and_key_widths_may_differ(score):
     q, k, v = qkv(Dq=5, Dk=3, Dv=2)
-    context, weights = Attention(score.double())(q, k, v, padding_mask([6, 2, 4], max_len=6))
+    context, weights = Attention(score.double())(q, k, v, key_mask=padding_mask([6, 2, 4], max_len=6))
     assert context.shape == (3, 4, 2) and weights.shape == (3, 4, 6)
     expected = torch.einsum("bls,bsv->blv", weights, v)
     assert_close(context, expected, **EXACT)
@@ -144,7 +144,7 @@ def test_context_is_weighted_sum_of_values_with_softmax_of_scores():
 def test_gradients_flow_to_inputs_and_score_parameters():
     attention = Attention(AdditiveScore(5, 5, 4)).double()
     q, k, v = qkv(requires_grad=True)
-    context, _ = attention(q, k, v, padding_mask([6, 3, 5], max_len=6))
+    context, _ = attention(q, k, v, key_mask=padding_mask([6, 3, 5], max_len=6))
     (context * torch.randn_like(context)).sum().backward()
     for name, t in [("queries", q), ("keys", k), ("values", v)] + list(attention.named_parameters()):
         assert t.grad is not None and torch.isfinite(t.grad).all() and t.grad.abs().sum() > 0, name
@@ -203,11 +203,35 @@ def test_wrong_query_width_for_the_score(raises_naming):
         Attention(BilinearScore(5, 5).double())(q, k, v)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.long, torch.uint8])
-def test_mask_must_be_bool(raises_naming, dtype):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.long, torch.uint8])
+def test_mask_must_be_bool_or_of_the_inputs_dtype(raises_naming, dtype):
     q, k, v = qkv()
     with raises_naming(TypeError, "`mask`", "bool", str(dtype)):
-        Attention(ScaledDotScore())(q, k, v, torch.ones(3, 6, dtype=dtype))
+        Attention(ScaledDotScore())(q, k, v, torch.ones(4, 6, dtype=dtype))
+
+
+def test_a_two_dimensional_mask_is_L_by_S_and_a_padding_mask_goes_in_key_mask(raises_naming):
+    q, k, v = qkv(B=4, L=4, S=6)  # B == L: a (B, S) mask would fit (L, S) too
+    lengths = padding_mask([6, 3, 1, 2], max_len=6)  # (B, S)
+    by_keys, _ = Attention(ScaledDotScore())(q, k, v, key_mask=lengths)
+    as_rows, _ = Attention(ScaledDotScore())(q, k, v, lengths)  # read as (L, S): row i of the mask for query i
+    ref_keys, _ = sdpa_with_weights(q, k, v, lengths[:, None, :])
+    ref_rows, _ = sdpa_with_weights(q, k, v, lengths[None, :, :])
+    assert_close(by_keys, ref_keys, **EXACT)
+    assert_close(as_rows, ref_rows, **EXACT)
+    q3, k3, v3 = qkv()  # B=3 != L=4: a (B, S) mask does not fit (L, S), and the message says where it goes
+    with raises_naming(ValueError, "`mask`", "(3, 6)", "(L, S)", "key_mask"):
+        Attention(ScaledDotScore())(q3, k3, v3, padding_mask([6, 3, 1], max_len=6))
+
+
+def test_floating_mask_is_added_to_the_scores():
+    q, k, v = qkv()
+    additive = torch.randn(3, 4, 6, dtype=F64)
+    additive[0, 1, :3] = float("-inf")
+    context, weights = Attention(ScaledDotScore())(q, k, v, additive)
+    ref_out, ref_w = sdpa_with_weights(q, k, v, additive)
+    assert_close(context, ref_out, **EXACT)
+    assert_close(weights, ref_w, **EXACT)
 
 
 def test_mask_must_be_a_tensor(raises_naming):
@@ -217,7 +241,7 @@ def test_mask_must_be_a_tensor(raises_naming):
 
 
 @pytest.mark.parametrize(
-    "shape", [(3, 5), (4, 6), (6,) * 2, (2, 4, 6), (3, 4, 5), (1, 3, 4, 6)]
+    "shape", [(3, 5), (3, 6), (6,) * 2, (2, 4, 6), (3, 4, 5), (1, 3, 4, 6)]
 )
 def test_mask_of_wrong_shape(raises_naming, shape):
     q, k, v = qkv()  # B=3, L=4, S=6

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.testing import assert_close
 
-from attnbook.functional import attention, check_attention_inputs, masked_softmax
+from attnbook.functional import attention, masked_softmax
 from attnbook.masks import causal_mask, combine_masks, padding_mask
 
 F64 = torch.float64
@@ -286,15 +286,18 @@ def test_low_precision_large_scores_do_not_overflow(dtype):
 
 
 def test_package_exports_the_function_attention():
-    """`attnbook.attention` is the function, even though a submodule has the same name."""
-    import attnbook
-    import attnbook.attention  # noqa: F401  (importing the submodule again must not rebind it)
+    """`from attnbook import attention` gives the function; the module `attnbook.attention`, which
+    holds the Attention module, re-exports the same function."""
+    import importlib
+
     import attnbook.functional
-
-    assert attnbook.attention is attnbook.functional.attention
     from attnbook import attention as exported
+    from attnbook.attention import Attention
 
-    assert callable(exported) and exported is attention
+    module = importlib.import_module("attnbook.attention")
+    assert exported is attnbook.functional.attention is attention
+    assert module.attention is attnbook.functional.attention and module.Attention is Attention
+    assert "attention" in module.__all__
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -447,7 +450,7 @@ def test_query_with_fewer_than_two_dims(raises_naming):
 
 def test_width_differs_between_query_and_key(raises_naming):
     q, k, v = qkv((2,), (2,), (2,), 3, 4, 5, 6)
-    with raises_naming(ValueError, "`query`", "`key`", "(2, 3, 5)", "(2, 4, 7)", "E=5", "E=7"):
+    with raises_naming(ValueError, "`query`", "`key`", "(2, 3, 5)", "(2, 4, 7)", "D=5", "D=7"):
         attention(q, torch.randn(2, 4, 7, dtype=F64), v)
 
 
@@ -495,10 +498,11 @@ def test_integer_inputs(raises_naming):
         attention([[1.0]], k, v)
 
 
-@pytest.mark.parametrize("scale", ["0.5", float("nan"), float("inf"), torch.tensor(0.5), True])
-def test_bad_scale(raises_naming, scale):
+@pytest.mark.parametrize("scale, error", [("0.5", TypeError), (torch.tensor(0.5), TypeError), (True, TypeError),
+                                          (float("nan"), ValueError), (float("inf"), ValueError)])
+def test_bad_scale(raises_naming, scale, error):
     q, k, v = qkv((), (), (), 3, 4, 5, 6)
-    with raises_naming(TypeError, "`scale`"):
+    with raises_naming(error, "`scale`"):
         attention(q, k, v, scale=scale)
 
 
@@ -508,11 +512,30 @@ def test_bad_is_causal(raises_naming):
         attention(q, k, v, is_causal=1)
 
 
-def test_check_attention_inputs_returns_scores_shape(raises_naming):
-    q, k, v = qkv((2, 1), (3,), (1,), 4, 6, 5, 7)
-    assert check_attention_inputs(q, k, v, None) == (2, 3, 4, 6)
-    with raises_naming(ValueError, "my_layer", "`mask`"):
-        check_attention_inputs(q, k, v, torch.ones(5, 6, dtype=torch.bool), where="my_layer")
+def test_key_mask_errors(raises_naming):
+    q, k, v = qkv((2, 3), (2, 3), (2, 3), 4, 6, 5, 7)
+    assert attention(q, k, v, key_mask=torch.ones(2, 6, dtype=torch.bool))[0].shape == (2, 3, 4, 7)
+    with raises_naming(TypeError, "`key_mask`", "torch.int64"):
+        attention(q, k, v, key_mask=torch.ones(2, 6, dtype=torch.long))
+    with raises_naming(TypeError, "`key_mask`", "list"):
+        attention(q, k, v, key_mask=[[True] * 6] * 2)
+    with raises_naming(ValueError, "`key_mask`", "(2, 5)", "(2, 6)"):
+        attention(q, k, v, key_mask=torch.ones(2, 5, dtype=torch.bool))
+    with raises_naming(ValueError, "`key_mask`", "(3, 6)"):
+        attention(q, k, v, key_mask=torch.ones(3, 6, dtype=torch.bool))
+
+
+def test_a_padding_mask_given_as_mask_is_refused_with_a_hint(raises_naming):
+    q, k, v = qkv((2,), (2,), (2,), 3, 4, 5, 6)
+    with raises_naming(ValueError, "`mask`", "(2, 4)", "(L, S)", "key_mask"):
+        attention(q, k, v, torch.ones(2, 4, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("dropout_p, error", [(1.0, ValueError), (-0.1, ValueError), ("0.1", TypeError)])
+def test_bad_dropout(raises_naming, dropout_p, error):
+    q, k, v = qkv((), (), (), 3, 4, 5, 6)
+    with raises_naming(error, "`dropout_p`"):
+        attention(q, k, v, dropout_p=dropout_p)
 
 
 def test_masked_softmax_errors(raises_naming):
@@ -521,8 +544,14 @@ def test_masked_softmax_errors(raises_naming):
         masked_softmax([[1.0, 2.0]])
     with raises_naming(TypeError, "`scores`", "torch.int64"):
         masked_softmax(torch.ones(2, 3, dtype=torch.long))
-    with raises_naming(TypeError, "`mask`", "torch.float32"):
-        masked_softmax(scores, torch.ones(2, 3))
+    with raises_naming(TypeError, "`mask`", "torch.int64"):
+        masked_softmax(scores, torch.ones(2, 3, dtype=torch.long))
+    with raises_naming(TypeError, "`mask`", "torch.float64", "torch.float32"):
+        masked_softmax(scores, torch.ones(2, 3, dtype=F64))
+    with raises_naming(ValueError, "`dim`", "5", "2 dims"):
+        masked_softmax(scores, dim=5)
+    with raises_naming(TypeError, "`dim`", "float"):
+        masked_softmax(scores, dim=1.0)
     with raises_naming(TypeError, "`mask`", "list"):
         masked_softmax(scores, [[True] * 3] * 2)
     with raises_naming(ValueError, "`mask`", "(2, 4)", "(2, 3)"):

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attnbook.masks import causal_mask, combine_masks, padding_mask
+from attnbook.masks import expand_key_mask, causal_mask, combine_masks, padding_mask
 
 # --- padding_mask -------------------------------------------------------------------------
 
@@ -162,11 +162,31 @@ def test_combine_masks_algebra(a, b, c):
     assert torch.equal(combine_masks(a, None, c), a & c)
 
 
-def test_combine_masks_rejects_non_bool(raises_naming):
-    with raises_naming(TypeError, "`masks[1]`", "torch.float32"):
-        combine_masks(causal_mask(2), torch.ones(2, 2))
+def test_combine_masks_rejects_integer_masks_and_lists(raises_naming):
+    with raises_naming(TypeError, "`masks[1]`", "torch.int64"):
+        combine_masks(causal_mask(2), torch.ones(2, 2, dtype=torch.long))
     with raises_naming(TypeError, "`masks[0]`", "list"):
         combine_masks([[True]])
+
+
+def test_combine_masks_with_a_floating_mask_adds_and_blocks_with_minus_inf():
+    additive = torch.tensor([[0.5, -1.0], [2.0, float("-inf")]])
+    combined = combine_masks(causal_mask(2), additive, torch.tensor([True, True]))
+    assert torch.equal(combined, torch.tensor([[0.5, float("-inf")], [2.0, float("-inf")]]))
+    assert torch.equal(combine_masks(additive, additive), 2 * additive)
+
+
+def test_expand_key_mask_broadcasts_over_queries_and_heads():
+    keys = padding_mask([3, 1], max_len=4)  # (B, S)
+    assert expand_key_mask(keys).shape == (2, 1, 4)
+    assert expand_key_mask(keys, ndim=4).shape == (2, 1, 1, 4)
+    assert torch.equal(expand_key_mask(keys).expand(2, 3, 4)[1, 2], keys[1])
+    assert expand_key_mask(keys[0]).shape == (4,)
+
+
+def test_causal_mask_block_is_a_slice_of_the_whole():
+    whole = causal_mask(5, 9)
+    assert torch.equal(causal_mask(5, 9, rows=slice(1, 4), cols=slice(2, 7)), whole[1:4, 2:7])
 
 
 def test_combine_masks_rejects_non_broadcasting(raises_naming):

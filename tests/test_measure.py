@@ -152,10 +152,11 @@ def test_time_call_even_number_of_repeats(monkeypatch):
     assert time_call(fake.fn, repeats=4, warmup=0) == 3.0
 
 
-@pytest.mark.parametrize("kwargs,name", [({"repeats": 0}, "`repeats`"), ({"warmup": -1}, "`warmup`"),
-                                         ({"repeats": 2.5}, "`repeats`")])
-def test_time_call_checks_its_arguments(raises_naming, kwargs, name):
-    with raises_naming(ValueError, name):
+@pytest.mark.parametrize("kwargs,name,error", [({"repeats": 0}, "`repeats`", ValueError),
+                                               ({"warmup": -1}, "`warmup`", ValueError),
+                                               ({"repeats": 2.5}, "`repeats`", TypeError)])
+def test_time_call_checks_its_arguments(raises_naming, kwargs, name, error):
+    with raises_naming(error, name, "time_call"):
         time_call(lambda: None, **kwargs)
 
 

@@ -203,7 +203,7 @@ def test_math_core_equals_functional_attention():
     q, k, v = inputs()
     mask = torch.rand(B, 1, L, S) > 0.5
     mask[0, 0, 2] = False  # one empty row
-    qh, kh, vh = ours._in_projection(q, k, v)
+    qh, kh, vh = ours._project(q, k, v)
     _, expected_w = attention(qh, kh, vh, mask)
     _, got_w = ours(q, k, v, mask=mask[:, 0], need_weights=True, average_attn_weights=False)
     torch.testing.assert_close(got_w, expected_w)
@@ -245,7 +245,6 @@ def test_half_with_masks():
         out, _ = ours(q, k, v, mask=mask, key_mask=key_mask_example(), is_causal=True)
         assert out.dtype == torch.float16 and torch.isfinite(out).all()
         torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
-    assert ours.causal.dtype == torch.bool
 
 
 def test_dropout_only_in_training():
@@ -274,6 +273,16 @@ def test_bad_inputs(raises_naming):
         MultiHeadAttention(E, H, backend="fast")
     with raises_naming(ValueError, "dropout"):
         MultiHeadAttention(E, H, dropout=1.5)
+    with raises_naming(TypeError, "`embed_dim`", "'8'"):
+        MultiHeadAttention("8", H)
+    with raises_naming(ValueError, "`num_heads`", "0"):
+        MultiHeadAttention(E, 0)
+    with raises_naming(TypeError, "`dtype`", "'float64'"):
+        MultiHeadAttention(E, H, dtype="float64")
+    with raises_naming(TypeError, "`dtype`", "torch.int32"):
+        MultiHeadAttention(E, H, dtype=torch.int32)
+    with raises_naming(ValueError, "`device`", "'gpu'"):
+        MultiHeadAttention(E, H, device="gpu")
     with raises_naming(ValueError, "query", "embed_dim=8", "(3, 4, 5)"):
         ours(q[..., :5], k, v)
     with raises_naming(ValueError, "key", "kdim"):
@@ -352,12 +361,31 @@ def test_future_tokens_do_not_change_earlier_outputs():
     assert not torch.allclose(causal(changed)[0][:, 3:], causal(x)[0][:, 3:])
 
 
-def test_causal_mask_is_a_non_persistent_bool_buffer_without_a_fixed_limit():
+def test_causal_self_attention_has_no_fixed_limit_and_no_mask_in_its_state():
     causal = CausalSelfAttention(E, H)
-    assert "causal" in dict(causal.named_buffers()) and "causal" not in causal.state_dict()
-    out, _ = causal(torch.randn(1, 300, E))  # no fixed context length
-    assert out.shape == (1, 300, E) and causal.causal.dtype == torch.bool
-    assert causal.half().causal.dtype == torch.bool
+    assert list(causal.state_dict()) == ["in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"]
+    out, _ = causal(torch.randn(1, 300, E))  # no fixed context length: the mask is made for each call
+    assert out.shape == (1, 300, E)
+    half, _ = causal.half()(torch.randn(1, 5, E).half())
+    assert half.dtype == torch.float16 and torch.isfinite(half).all()
+
+
+def test_math_backend_is_the_readable_pieces(monkeypatch):
+    """project -> split_heads -> functional.attention -> merge_heads -> output projection."""
+    import attnbook.multihead as multihead
+
+    calls = []
+    for name in ("split_heads", "attention", "merge_heads", "fused_attention"):
+        original = getattr(multihead, name)
+        monkeypatch.setattr(multihead, name, lambda *a, _f=original, _n=name, **kw: calls.append(_n) or _f(*a, **kw))
+    _, ours = make_pair()
+    q, k, v = inputs()
+    ours(q, k, v, is_causal=True)
+    assert calls == ["split_heads"] * 3 + ["attention", "merge_heads"]
+    calls.clear()
+    ours.backend = "sdpa"
+    ours(q, k, v, is_causal=True)
+    assert calls == ["split_heads"] * 3 + ["fused_attention", "merge_heads"]
 
 
 def test_causal_self_attention_bad_inputs(raises_naming):
@@ -373,7 +401,7 @@ def test_causal_self_attention_bad_inputs(raises_naming):
         causal(x[..., :5])
     with raises_naming(TypeError, "cache", "dict"):
         causal(x, cache={})
-    with raises_naming(TypeError, "cache", "float32"):
+    with raises_naming(TypeError, "`k`", "float64", "float32"):
         causal(x, cache=KVCache(B, H, 10, E // H))
     with raises_naming(ValueError, "k", "batch"):
         causal(x, cache=KVCache(B + 1, H, 10, E // H, dtype=F64))

@@ -181,11 +181,17 @@ def test_bad_inputs_raise_clear_errors(raises_naming):
     src = torch.tensor([[3, 4, 0]])
     with raises_naming(ValueError, "`src_lengths`", "[4]"):
         model(src, torch.tensor([4]), torch.tensor([[1, 3]]))
-    with raises_naming(ValueError, "`src`", "torch.float32"):
+    with raises_naming(TypeError, "`src`", "torch.float32"):
         model(src.float(), torch.tensor([2]), torch.tensor([[1, 3]]))
+    with raises_naming(ValueError, "`src`", "-1", f"vocab_size={VOCAB_SIZE}"):
+        model(torch.tensor([[3, -1, 0]]), torch.tensor([2]), torch.tensor([[1, 3]]))
+    with raises_naming(ValueError, "`tgt_in`", str(VOCAB_SIZE), f"vocab_size={VOCAB_SIZE}"):
+        model(src, torch.tensor([2]), torch.tensor([[1, VOCAB_SIZE]]))
+    with raises_naming(ValueError, "`src`", str(VOCAB_SIZE + 3)):
+        model.greedy_decode(torch.tensor([[VOCAB_SIZE + 3, 1]]), torch.tensor([2]))
     with raises_naming(ValueError, "`src_lengths`", "(2,)"):
         model(src, torch.tensor([2, 2]), torch.tensor([[1, 3]]))
-    with raises_naming(ValueError, "`tgt_in`", "(2, 2)"):
+    with raises_naming(ValueError, "`tgt_in`", "(2, 2)", "batch size"):
         model(src, torch.tensor([2]), torch.tensor([[1, 3], [1, 3]]))
     with raises_naming(ValueError, "`max_len`", "0"):
         model.greedy_decode(src, torch.tensor([2]), max_len=0)

@@ -104,3 +104,29 @@ def test_bad_inputs(raises_naming):
         sinusoidal_positions(4, 5)
     with raises_naming(ValueError, "max_len=3"):
         LearnedPositions(3, 4)(torch.zeros(1, 4, 4))
+    with raises_naming(TypeError, "`prompt`", "torch.float32"):
+        m.generate(torch.zeros(1, 3), 2)
+    with raises_naming(ValueError, "`prompt`", "-1", f"vocab_size={V}"):
+        m.generate(torch.tensor([[1, -1, 2]]), 2)
+    with raises_naming(ValueError, "`tokens`", str(V), f"vocab_size={V}"):
+        m(torch.tensor([[1, V, 2]]))
+    with raises_naming(ValueError, "`prompt`", "at least one token"):
+        m.generate(torch.zeros(2, 0, dtype=torch.long), 2)
+    with raises_naming(TypeError, "`num_new_tokens`", "2.0"):
+        m.generate(torch.zeros(1, 3, dtype=torch.long), 2.0)
+    with raises_naming(TypeError, "`caches`", "dict"):
+        m(torch.zeros(1, 3, dtype=torch.long), caches={})
+
+
+def test_generation_runs_the_models_forward_at_every_step(monkeypatch):
+    """One code path: with a cache, every step is the model's forward on the newest token only."""
+    m = model()
+    seen = []
+    original = TinyTransformer.forward
+    monkeypatch.setattr(TinyTransformer, "forward",
+                        lambda self, tokens, **kw: seen.append(tuple(tokens.shape)) or original(self, tokens, **kw))
+    m.generate(torch.randint(V, (2, 4)), 3, use_cache=True)
+    assert seen == [(2, 4), (2, 1), (2, 1)]
+    seen.clear()
+    m.generate(torch.randint(V, (2, 4)), 3, use_cache=False)
+    assert seen == [(2, 4), (2, 5), (2, 6)]

@@ -2,21 +2,24 @@
 
 Shape letters used in every docstring and comment:
     B batch, H heads, L queries (query length), S keys/values (key length),
-    E model width, D per-head width (E = H * D).
+    E model width, D per-head width (E = H * D; the query/key width in attnbook.functional).
 
-Masks: a boolean mask is True where a query may attend to a key.
+Masks: a boolean mask is True where a query may attend to a key; a floating mask is added to the
+scores; a 2-D mask is (L, S); a (B, S) padding mask goes in the argument ``key_mask``.
+
+``attention`` is the function :func:`attnbook.functional.attention`. The module of the same name,
+:mod:`attnbook.attention`, holds the :class:`Attention` module and re-exports the function; read
+the module with ``from attnbook.attention import ...``.
 """
 
-# Import the submodule `attention` before the function `attention`: importing a submodule binds
-# its name on the package, which would otherwise hide the function (`from attnbook import attention`).
-from .attention import Attention
-from .functional import attention, masked_softmax
-from .masks import causal_mask, combine_masks, padding_mask
-from .scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
-from .multihead import CausalSelfAttention, MultiHeadAttention
-from .transformer import TinyTransformer
+from .attention import Attention, attention
 from .data import ReversalTask
+from .functional import masked_softmax
+from .masks import causal_mask, combine_masks, padding_mask
+from .multihead import CausalSelfAttention, MultiHeadAttention
+from .scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
 from .seq2seq import Seq2Seq, attention_step, build_model
+from .transformer import TinyTransformer
 
 __all__ = ["attention", "masked_softmax", "causal_mask", "combine_masks", "padding_mask",
            "Attention", "DotScore", "ScaledDotScore", "BilinearScore", "AdditiveScore",

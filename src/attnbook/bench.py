@@ -7,13 +7,15 @@ writes every measured figure to ``_build/bench/results.json``.
 What is measured (fp32, CPU, ``--threads`` threads, default 2):
 
 * ``MultiHeadAttention`` (math backend, ``need_weights=True``) against
-  ``nn.MultiheadAttention(need_weights=True)``, the sdpa backend against
-  ``nn.MultiheadAttention(need_weights=False)`` and against raw
-  ``F.scaled_dot_product_attention`` with the same projections; forward (``eval()``, no grad)
-  and forward + backward (``train()``); at B=8, L=S=1024, E=768, H=12 and at B=1, L=S=256,
-  E=256, H=4. The modules share one set of weights.
+  ``nn.MultiheadAttention(need_weights=True)``, and the sdpa backend against
+  ``nn.MultiheadAttention(need_weights=False)``; forward (``eval()``, no grad) and forward +
+  backward (``train()``); at B=8, L=S=1024, E=768, H=12 and at B=1, L=S=256, E=256, H=4. The
+  modules share one set of weights. The sdpa backend must stay within 3% of PyTorch's module; the
+  math backend is the readable path, whose time is reported, not held to a target.
+* The package's fused path, :func:`attnbook.functional.fused_attention`, against
+  ``F.scaled_dot_product_attention`` called directly on the same heads (the cost of its checks).
 * GFLOP/s of the readable attention (:func:`attnbook.functional.attention`) at L=S=2048,
-  counting 4·B·H·L·S·D floating-point operations, against a large fp32 matmul.
+  counting 4·B·H·L·S·D floating-point operations, against a large fp32 matmul (reported).
 * Tiled against plain attention and SDPA: time and peak tensor memory for L=S up to 16384, D=64.
 * Greedy decoding of 256 tokens by the tiny causal model with a key/value cache against
   recomputing the whole prefix for every token.
@@ -32,7 +34,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -43,9 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .efficient import tiled_attention
-from .functional import attention
-from .measure import peak_memory_bytes
+from .functional import attention, fused_attention, split_heads
+from .measure import interleaved_medians, peak_memory_bytes
+from .tiled import tiled_attention
 
 __all__ = ["main", "run", "format_table", "interleaved_medians", "TARGETS"]
 
@@ -54,10 +55,10 @@ DEFAULT_OUT = Path("_build") / "bench" / "results.json"
 # name -> (comparison, bound, description). A ratio passes when `ratio <= bound` ("max") or
 # `ratio >= bound` ("min").
 TARGETS: dict[str, tuple[str, float, str]] = {
-    "math_vs_torch_weights": ("max", 1.0, "math path / nn.MultiheadAttention(need_weights=True), time"),
+    "math_vs_torch_weights": ("max", None, "math path / nn.MultiheadAttention(need_weights=True), time"),
     "sdpa_vs_torch_no_weights": ("max", 1.03, "sdpa path / nn.MultiheadAttention(need_weights=False), time"),
-    "sdpa_vs_raw_sdpa": ("max", None, "sdpa path / raw F.scaled_dot_product_attention + projections, time"),
-    "attention_fraction_of_matmul": ("min", 0.5, "attention GFLOP/s / fp32 matmul GFLOP/s"),
+    "fused_vs_sdpa": ("max", None, "fused_attention / F.scaled_dot_product_attention on the same heads, time"),
+    "attention_fraction_of_matmul": ("min", None, "attention GFLOP/s / fp32 matmul GFLOP/s"),
     "tiled_memory_vs_plain": ("max", 0.05, "tiled / plain attention, peak memory at the largest L=S"),
     "tiled_time_vs_sdpa": ("max", 3.0, "tiled attention / SDPA, time at the largest L=S"),
     "kv_cache_speedup": ("min", 5.0, "decoding without cache / with cache, time"),
@@ -66,7 +67,11 @@ TARGETS: dict[str, tuple[str, float, str]] = {
 
 @dataclass
 class Sizes:
-    """The sizes of one run (full or smoke)."""
+    """The sizes of one run (full or smoke).
+
+    Shapes:
+        no tensors
+    """
 
     mha_configs: Sequence[tuple[int, int, int, int]]  # (B, L=S, E, H)
     mha_repeats: Sequence[int]  # repeats for each configuration (small ones are cheap and noisy)
@@ -115,48 +120,13 @@ SMOKE = Sizes(
 )
 
 
-# ----------------------------------------------------------------------------- timing helpers
-def interleaved_medians(
-    fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 1
-) -> dict[str, float]:
-    """Median wall time in seconds of each function, calling them in turn within every repeat.
-
-    ``warmup`` rounds run first untimed. Calling the competitors alternately, rather than one
-    after the other, means a slow patch of the machine hits all of them, which keeps their
-    ratios honest on a shared machine.
-    """
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"interleaved_medians: `repeats` must be an int >= 1; got {repeats!r}")
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(ts) for name, ts in times.items()}
-
-
 # ----------------------------------------------------------------------------- multi-head attention
-def _raw_sdpa_forward(mha: nn.MultiheadAttention, x: torch.Tensor) -> torch.Tensor:
-    """Self-attention with the module's weights: one packed projection, SDPA, output projection.
+def bench_multihead(sizes: Sizes) -> list[dict]:
+    """Time the book's MultiHeadAttention against nn.MultiheadAttention, and fused_attention against F.sdpa.
 
     Shapes:
-        x (B, L, E) -> (B, L, E)
+        x (B, L, E) for each configuration; no tensors returned
     """
-    B, L, E = x.shape
-    H = mha.num_heads
-    qkv = F.linear(x, mha.in_proj_weight, mha.in_proj_bias)  # (B, L, 3E)
-    qkv = qkv.view(B, L, 3, H, E // H).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)
-    out = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2])  # (B, H, L, D)
-    out = out.transpose(1, 2).reshape(B, L, E)  # (B, L, E)
-    return mha.out_proj(out)
-
-
-def bench_multihead(sizes: Sizes) -> list[dict]:
-    """Time the book's MultiHeadAttention against nn.MultiheadAttention and raw SDPA."""
     from .multihead import MultiHeadAttention
 
     rows = []
@@ -172,10 +142,8 @@ def bench_multihead(sizes: Sizes) -> list[dict]:
             "math": lambda: math_mha(x, x, x, need_weights=True)[0],
             "torch_no_weights": lambda: reference(x, x, x, need_weights=False)[0],
             "sdpa": lambda: sdpa_mha(x, x, x, need_weights=False)[0],
-            "raw_sdpa": lambda: _raw_sdpa_forward(reference, x),
         }
-        modules = {"torch_weights": reference, "math": math_mha, "torch_no_weights": reference,
-                   "sdpa": sdpa_mha, "raw_sdpa": reference}
+        modules = {"torch_weights": reference, "math": math_mha, "torch_no_weights": reference, "sdpa": sdpa_mha}
         for mode in ("forward", "forward+backward"):
             for module in (reference, math_mha, sdpa_mha):
                 module.train(mode != "forward")
@@ -183,6 +151,10 @@ def bench_multihead(sizes: Sizes) -> list[dict]:
                 timed = {name: _no_grad(fn) for name, fn in fns.items()}
             else:
                 timed = {name: _with_backward(fn, modules[name]) for name, fn in fns.items()}
+            if mode == "forward":  # the fused path's own cost, on the same heads
+                heads = [split_heads(torch.randn(B, L, E), H) for _ in range(3)]  # (B, H, L, D) each
+                timed["fused_attention"] = _no_grad(lambda: fused_attention(*heads))
+                timed["F.sdpa"] = _no_grad(lambda: F.scaled_dot_product_attention(*heads))
             medians = interleaved_medians(timed, repeats=repeats)
             rows.append({"B": B, "L": L, "S": L, "E": E, "H": H, "mode": mode, "repeats": repeats,
                          "seconds": medians})
@@ -207,7 +179,11 @@ def _with_backward(fn: Callable[[], torch.Tensor], module: nn.Module) -> Callabl
 
 # ----------------------------------------------------------------------------- GFLOP/s
 def bench_flops(sizes: Sizes) -> dict:
-    """GFLOP/s of the readable attention against a large fp32 matmul, measured alternately."""
+    """GFLOP/s of the readable attention against a large fp32 matmul, measured alternately.
+
+    Shapes:
+        q, k, v (B, H, L, D); no tensors returned
+    """
     B, H, D = sizes.flops_heads
     L = S = sizes.flops_length
     n = sizes.matmul_size
@@ -230,7 +206,11 @@ def bench_flops(sizes: Sizes) -> dict:
 
 # ----------------------------------------------------------------------------- tiled attention
 def bench_tiled(sizes: Sizes) -> list[dict]:
-    """Time and peak memory of plain, tiled and fused (SDPA) attention as L = S grows, D = 64."""
+    """Time and peak memory of plain, tiled and fused (SDPA) attention as L = S grows, D = 64.
+
+    Shapes:
+        q, k, v (1, 1, L, 64); no tensors returned
+    """
     rows = []
     for L in sizes.tiled_lengths:
         torch.manual_seed(0)
@@ -252,7 +232,11 @@ def bench_tiled(sizes: Sizes) -> list[dict]:
 # ----------------------------------------------------------------------------- KV cache
 def bench_kv_cache(sizes: Sizes) -> list[dict]:
     """Greedy decoding with and without the key/value cache, and whether the tokens agree,
-    for each model size."""
+    for each model size.
+
+    Shapes:
+        prompt (1, L0); no tensors returned
+    """
     from .transformer import TinyTransformer
 
     rows = []
@@ -288,7 +272,8 @@ def _ratios(results: dict) -> dict[str, float]:
         tag = f"B={row['B']} L={row['L']} E={row['E']} H={row['H']} {row['mode']}"
         ratios[f"math_vs_torch_weights[{tag}]"] = t["math"] / t["torch_weights"]
         ratios[f"sdpa_vs_torch_no_weights[{tag}]"] = t["sdpa"] / t["torch_no_weights"]
-        ratios[f"sdpa_vs_raw_sdpa[{tag}]"] = t["sdpa"] / t["raw_sdpa"]
+        if "fused_attention" in t:
+            ratios[f"fused_vs_sdpa[{tag}]"] = t["fused_attention"] / t["F.sdpa"]
     fl = results["flops"]
     ratios[f"attention_fraction_of_matmul[L=S={fl['L']}]"] = fl["attention_gflops"] / fl["matmul_gflops"]
     big = results["tiled"][-1]
@@ -311,20 +296,24 @@ def _verdict(key: str, value: float) -> tuple[str, str]:
 
 
 def format_table(results: dict) -> str:
-    """The markdown tables: ratios against targets, then the raw times and memory."""
+    """The markdown tables: ratios against targets, then the raw times and memory.
+
+    Shapes:
+        no tensors
+    """
     lines = ["| measure | configuration | ratio | target | met |", "|---|---|---:|---|---|"]
     for key, value in results["ratios"].items():
         name, config = key[:-1].split("[", 1)
         target, ok = _verdict(key, value)
         lines.append(f"| {TARGETS[name][2]} | {config} | {value:.3f} | {target} | {ok} |")
-    lines += ["", "| multi-head (ms) | torch w | math w | torch no-w | sdpa | raw sdpa |",
-              "|---|---:|---:|---:|---:|---:|"]
+    lines += ["", "| multi-head (ms) | torch w | math w | torch no-w | sdpa | fused_attention | F.sdpa |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
     for row in results["multihead"]:
         t = row["seconds"]
         lines.append(
             f"| B={row['B']} L=S={row['L']} E={row['E']} H={row['H']} {row['mode']} | "
-            + " | ".join(f"{1e3 * t[n]:.2f}" for n in
-                         ("torch_weights", "math", "torch_no_weights", "sdpa", "raw_sdpa"))
+            + " | ".join(f"{1e3 * t[n]:.2f}" if n in t else "-" for n in
+                         ("torch_weights", "math", "torch_no_weights", "sdpa", "fused_attention", "F.sdpa"))
             + " |"
         )
     fl = results["flops"]
@@ -358,7 +347,11 @@ def _loads(loads) -> str:
 
 
 def run(sizes: Sizes, *, threads: int) -> dict:
-    """Run every benchmark once with ``threads`` threads and return the results (with ratios)."""
+    """Run every benchmark once with ``threads`` threads and return the results (with ratios).
+
+    Shapes:
+        no tensors returned
+    """
     torch.set_num_threads(threads)
     start = time.perf_counter()
     results: dict = {
@@ -385,6 +378,11 @@ def run(sizes: Sizes, *, threads: int) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: ``python -m attnbook.bench [--smoke] [--threads N] [--out FILE]``.
+
+    Shapes:
+        no tensors
+    """
     parser = argparse.ArgumentParser(prog="python -m attnbook.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")

@@ -24,6 +24,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from . import _checks as check
+
 __all__ = [
     "PAD",
     "SOS",
@@ -182,6 +184,9 @@ class ReversalTask:
     >>> task = ReversalTask(min_len=4, max_len=6)
     >>> sources, targets = task.sample(2, seed=0)
     >>> [decode(s) + " -> " + decode(t) for s, t in zip(sources, targets)]  # doctest: +SKIP
+
+    Shapes:
+        no tensors: sources and targets are lists of token ids (see :func:`make_batch` for tensors)
     """
 
     min_len: int = 4
@@ -189,9 +194,7 @@ class ReversalTask:
 
     def __post_init__(self) -> None:
         for name in ("min_len", "max_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ReversalTask: `{name}` must be a positive int; got {value!r}")
+            check.positive_int("ReversalTask", name, getattr(self, name))
         if self.min_len > self.max_len:
             raise ValueError(
                 f"ReversalTask: `min_len` must be <= `max_len`; got min_len={self.min_len}, "
@@ -200,16 +203,28 @@ class ReversalTask:
 
     @property
     def lengths(self) -> range:
-        """Every source length the task produces."""
+        """Every source length the task produces.
+
+        Shapes:
+            no tensors
+        """
         return range(self.min_len, self.max_len + 1)
 
     @staticmethod
     def target(source: Sequence[int]) -> list[int]:
-        """The answer for one source: its tokens reversed."""
+        """The answer for one source: its tokens reversed.
+
+        Shapes:
+            no tensors: a list of token ids
+        """
         return list(source)[::-1]
 
     def sources_of_lengths(self, lengths: Sequence[int], generator: torch.Generator) -> list[list[int]]:
-        """Random digit sequences of the given lengths, drawn from ``generator``."""
+        """Random digit sequences of the given lengths, drawn from ``generator``.
+
+        Shapes:
+            no tensors: lists of token ids
+        """
         lengths = [int(n) for n in lengths]
         total = sum(lengths)
         digits = torch.randint(len(SPECIALS), VOCAB_SIZE, (total,), generator=generator).tolist()
@@ -229,8 +244,7 @@ class ReversalTask:
         Shapes:
             -> n sources, n targets (lists of token ids, each target as long as its source)
         """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"ReversalTask.sample: `n` must be a positive int; got {n!r}")
+        check.positive_int("ReversalTask.sample", "n", n)
         generator = _generator(seed, generator, "ReversalTask.sample")
         lengths = torch.randint(self.min_len, self.max_len + 1, (n,), generator=generator)  # (n,)
         sources = self.sources_of_lengths(lengths.tolist(), generator)
@@ -252,10 +266,7 @@ class ReversalTask:
         Shapes:
             -> N = per_length * (max_len - min_len + 1) sources and as many targets
         """
-        if isinstance(per_length, bool) or not isinstance(per_length, int) or per_length < 1:
-            raise ValueError(
-                f"ReversalTask.test_set: `per_length` must be a positive int; got {per_length!r}"
-            )
+        check.positive_int("ReversalTask.test_set", "per_length", per_length)
         generator = _generator(seed, None, "ReversalTask.test_set")
         lengths = [n for n in self.lengths for _ in range(per_length)]
         sources = self.sources_of_lengths(lengths, generator)

@@ -29,11 +29,19 @@ MANIFEST = "manifest.json"
 
 
 class DataFileError(ValueError):
-    """A file in ``data/`` is missing, damaged, unlisted, or not what the caller asked for."""
+    """A file in ``data/`` is missing, damaged, unlisted, or not what the caller asked for.
+
+    Shapes:
+        no tensors
+    """
 
 
 def sha256(path: str | pathlib.Path) -> str:
-    """The SHA-256 digest of a file's bytes, as 64 hex digits."""
+    """The SHA-256 digest of a file's bytes, as 64 hex digits.
+
+    Shapes:
+        no tensors
+    """
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -50,20 +58,27 @@ def _read_manifest(data_dir: pathlib.Path) -> dict[str, dict]:
     if not path.is_file():
         return {}
     try:
-        files = json.loads(path.read_text())["files"]
+        files = dict(json.loads(path.read_text())["files"])
+        for entry in files.values():
+            if not (isinstance(entry["bytes"], int) and isinstance(entry["sha256"], str)):
+                raise TypeError("an entry without an int 'bytes' and a str 'sha256'")
     except (ValueError, KeyError, TypeError) as exc:
         raise DataFileError(f"the manifest {str(path)!r} is not readable: {exc}") from exc
-    return dict(files)
+    return files
 
 
 def record(paths: Iterable[str | pathlib.Path], data_dir: str | pathlib.Path = DATA_DIR) -> None:
-    """Add or update the manifest entries (size and digest) of files written into ``data_dir``."""
+    """Add or update the manifest entries (size and digest) of files written into ``data_dir``.
+
+    Shapes:
+        no tensors
+    """
     data_dir = pathlib.Path(data_dir)
     files = _read_manifest(data_dir)
     for path in paths:
         path = pathlib.Path(path)
-        if path.resolve().parent != data_dir.resolve():
-            raise DataFileError(f"record: {str(path)!r} is not a file directly inside {str(data_dir)!r}")
+        if path.resolve().parent != data_dir.resolve() or path.name == MANIFEST:
+            raise DataFileError(f"record: {str(path)!r} is not a data file directly inside {str(data_dir)!r}")
         files[path.name] = {"bytes": path.stat().st_size, "sha256": sha256(path)}
     text = json.dumps({"files": dict(sorted(files.items()))}, indent=1) + "\n"
     tmp = _manifest_path(data_dir).with_suffix(".tmp")
@@ -77,6 +92,9 @@ def verified(path: str | pathlib.Path) -> pathlib.Path:
     Raises:
         FileNotFoundError: the file does not exist.
         DataFileError: the file is empty, not in the manifest, or its size or digest differs.
+
+    Shapes:
+        no tensors
     """
     path = pathlib.Path(path)
     if not path.is_file():
@@ -113,6 +131,9 @@ def load_checkpoint_file(path: str | pathlib.Path, expected: Mapping[str, object
     Raises:
         DataFileError: the file fails :func:`verified`, cannot be read, has another layout, a config
             that differs from ``expected``, or a tensor with a NaN or an infinity.
+
+    Shapes:
+        each tensor of the state_dict with its own shape
     """
     path = verified(path)
     try:
@@ -138,7 +159,11 @@ def load_checkpoint_file(path: str | pathlib.Path, expected: Mapping[str, object
 
 
 def load_json_file(path: str | pathlib.Path) -> dict:
-    """Load a verified JSON file of ``data/`` (results written by the experiments commands)."""
+    """Load a verified JSON file of ``data/`` (results written by the experiments commands).
+
+    Shapes:
+        no tensors
+    """
     path = verified(path)
     try:
         data = json.loads(path.read_text())

@@ -1,149 +1,68 @@
-"""Attention as plain functions: a masked softmax and scaled dot-product attention.
+"""Attention as plain functions: the masked softmax, scaled dot-product attention, and the split of
+a width into heads and back.
+
+* :func:`attention` is the readable path: scores, masks, softmax, weighted sum, as the book
+  writes them; it returns the weights.
+* :func:`fused_attention` computes the same output through PyTorch's fused
+  ``F.scaled_dot_product_attention``, with the book's conventions; it never forms the weights.
+* :func:`split_heads` and :func:`merge_heads` turn a width E into H heads of D = E / H and back.
+
+Masks: a boolean mask is True where a query may attend; a floating mask is added to the scores
+(a ``-inf`` blocks the key); ``key_mask`` (B, S) is True on real keys; ``is_causal`` is aligned to
+the bottom right (:func:`attnbook.masks.causal_mask`). They combine by one rule
+(:func:`attnbook.masks.combine_masks`). A query with nothing to attend to gets zero weights and a
+zero output. fp16 and bf16 inputs are computed in fp32 and the results cast back.
 
 Shapes:
-    L queries, S keys/values, E query/key width, Ev value width; ``...`` any leading dims
-    (batch, heads).
-    masked_softmax: scores (..., S) with a bool mask broadcastable to it -> weights (..., S)
-    attention: q (..., L, E), k (..., S, E), v (..., S, Ev) -> output (..., L, Ev), weights (..., L, S)
-
-Masks: a boolean mask is True where a query may attend to a key. A floating mask is added to
-the scores, as in ``torch.nn.functional.scaled_dot_product_attention``.
+    ``...`` any leading dims (batch B, heads H); L queries, S keys/values, D query/key width,
+    Dv value width.
+    masked_softmax: scores (..., L, S) -> weights (..., L, S)
+    attention: q (..., L, D), k (..., S, D), v (..., S, Dv) -> output (..., L, Dv), weights (..., L, S)
+    fused_attention: the same -> output (..., L, Dv)
+    split_heads: (B, L, E) -> (B, H, L, D); merge_heads: (B, H, L, D) -> (B, L, E)
 """
 
 from __future__ import annotations
 
-import math
-from numbers import Real
-
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from .masks import causal_mask
+from . import _checks as check
+from .masks import apply_mask, build_mask
 
-__all__ = ["masked_softmax", "attention", "check_attention_inputs"]
+__all__ = ["masked_softmax", "attention", "fused_attention", "split_heads", "merge_heads"]
 
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
-
-
-def _shape(t: Tensor) -> tuple[int, ...]:
-    return tuple(t.shape)
-
-
-def _softmax(x: Tensor, dim: int) -> Tensor:
-    """Softmax that accumulates in fp32 for fp16/bf16 inputs and returns the input dtype."""
-    if x.dtype in _LOW_PRECISION:
-        return torch.softmax(x, dim=dim, dtype=torch.float32).to(x.dtype)
-    return torch.softmax(x, dim=dim)
+LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def masked_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) -> Tensor:
-    """Softmax over ``dim`` that gives masked positions exactly zero weight.
+    """Softmax over ``dim`` that gives blocked positions exactly zero weight.
 
-    Masked scores are filled with the most negative *finite* number of the dtype
-    (``torch.finfo(dtype).min``, not ``-1e9``, which does not fit in fp16), and the weights of
-    masked positions are then set to zero. So a row whose keys are all masked comes out as zeros,
-    never NaN and never a uniform row, and gradients stay finite.
+    Blocked scores become ``-inf`` (a bool ``mask`` False, or a ``-inf`` in a floating ``mask``,
+    whose values are added to the scores). A row with nothing left to attend to, all ``-inf``,
+    gets zero weights: never NaN, never a uniform row, and its gradients stay finite.
 
     Args:
-        scores: floating tensor of scores.
-        mask: bool tensor broadcastable to ``scores``, True = may attend; None keeps everything.
+        scores: floating scores.
+        mask: bool (True = may attend) or floating (added), broadcastable to ``scores``; None
+            keeps everything.
         dim: the dimension to normalise over (the keys).
 
     Shapes:
         scores (..., S), mask broadcastable to (..., S) -> weights (..., S)
     """
-    if not isinstance(scores, Tensor):
-        raise TypeError(f"masked_softmax: `scores` must be a tensor; got {type(scores).__name__}")
-    if not scores.dtype.is_floating_point:
-        raise TypeError(
-            f"masked_softmax: `scores` must be floating point; got dtype {scores.dtype}"
-        )
-    if mask is None:
-        return _softmax(scores, dim)
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"masked_softmax: `mask` must be a bool tensor or None; got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"masked_softmax: `mask` must be a bool tensor (True = may attend); got dtype {mask.dtype}"
-        )
-    try:
-        shape = torch.broadcast_shapes(mask.shape, scores.shape)
-    except RuntimeError:
-        shape = None
-    if shape != scores.shape:
-        raise ValueError(
-            f"masked_softmax: `mask` of shape {_shape(mask)} does not broadcast to the "
-            f"`scores` shape {_shape(scores)}"
-        )
-    blocked = ~mask
-    filled = scores.masked_fill(blocked, torch.finfo(scores.dtype).min)
-    return _softmax(filled, dim).masked_fill(blocked, 0.0)
-
-
-def check_attention_inputs(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, where: str = "attention"
-) -> tuple[int, ...]:
-    """Validate query, key, value and mask; return the broadcast scores shape (..., L, S).
-
-    Raises TypeError or ValueError with a message naming the argument, what it got and what
-    was expected.
-    """
-    for name, t in (("query", q), ("key", k), ("value", v)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{where}: `{name}` must be a tensor; got {type(t).__name__}")
-        if t.dim() < 2:
-            raise ValueError(
-                f"{where}: `{name}` must have at least 2 dims (..., length, width); "
-                f"got shape {_shape(t)}"
-            )
-        if not t.dtype.is_floating_point:
-            raise TypeError(f"{where}: `{name}` must be floating point; got dtype {t.dtype}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(
-            f"{where}: `query`, `key` and `value` must share one dtype; "
-            f"got {q.dtype}, {k.dtype} and {v.dtype}"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"{where}: `query` and `key` must have the same width E; got query {_shape(q)} "
-            f"(E={q.shape[-1]}) and key {_shape(k)} (E={k.shape[-1]})"
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"{where}: `key` and `value` must have the same length S; got key {_shape(k)} "
-            f"(S={k.shape[-2]}) and value {_shape(v)} (S={v.shape[-2]})"
-        )
-    try:
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError as exc:
-        raise ValueError(
-            f"{where}: the leading dims of `query` {_shape(q)}, `key` {_shape(k)} and "
-            f"`value` {_shape(v)} do not broadcast"
-        ) from exc
-    scores_shape = (*batch, q.shape[-2], k.shape[-2])
-    if mask is not None:
-        if not isinstance(mask, Tensor):
-            raise TypeError(f"{where}: `mask` must be a tensor or None; got {type(mask).__name__}")
-        if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
-            raise TypeError(
-                f"{where}: `mask` must be bool (True = may attend) or floating (added to the "
-                f"scores); got dtype {mask.dtype}"
-            )
-        if mask.dtype.is_floating_point and mask.dtype != q.dtype:
-            raise TypeError(
-                f"{where}: a floating `mask` must have the dtype of `query` ({q.dtype}); "
-                f"got {mask.dtype}"
-            )
-        try:
-            ok = tuple(torch.broadcast_shapes(mask.shape, scores_shape)) == scores_shape
-        except RuntimeError:
-            ok = False
-        if not ok:
-            raise ValueError(
-                f"{where}: `mask` of shape {_shape(mask)} does not broadcast to the scores "
-                f"shape (..., L, S) = {scores_shape}"
-            )
-    return scores_shape
+    _check_softmax(scores, mask, dim)
+    dtype = scores.dtype
+    compute = torch.float32 if dtype in LOW_PRECISION else dtype  # fp16/bf16: softmax in fp32
+    if mask is not None and mask.dtype != torch.bool:
+        mask = mask.to(compute)
+    scores = apply_mask(scores.to(compute), mask)  # -inf where blocked
+    nothing = torch.isneginf(scores).all(dim, keepdim=True)  # rows with no key to attend to
+    if not nothing.any():
+        return torch.softmax(scores, dim).to(dtype)
+    weights = torch.softmax(scores.masked_fill(nothing, 0.0), dim)  # the fill keeps 0/0 = NaN out
+    return weights.masked_fill(nothing, 0.0).to(dtype)
 
 
 def attention(
@@ -152,55 +71,111 @@ def attention(
     v: Tensor,
     mask: Tensor | None = None,
     *,
+    key_mask: Tensor | None = None,
     is_causal: bool = False,
     scale: float | None = None,
+    dropout_p: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """Scaled dot-product attention, returning the output and the weights.
 
-    ``weights = softmax(q kᵀ · scale + mask)`` over the keys, ``output = weights v``.
+    ``weights = softmax(q kᵀ · scale + masks)`` over the keys, ``output = weights v``.
 
     Args:
-        q, k, v: query, key and value; any number of leading dims that broadcast.
+        q, k, v: query, key and value; any leading dims that broadcast.
         mask: bool (True = may attend) or floating (added to the scores), broadcastable to
-            (..., L, S).
-        is_causal: AND a causal mask aligned to the bottom right (query i sees keys
-            j <= i + S - L). Note that PyTorch's ``is_causal`` is aligned to the top left when
-            L != S; for L = S the two agree.
-        scale: multiplies the scores; defaults to 1/sqrt(E).
+            (..., L, S); a 2-D mask is (L, S).
+        key_mask: bool (B, S), True on real keys and False on padding.
+        is_causal: query i sees only keys j <= i + S - L (bottom right; PyTorch's ``is_causal``
+            is top left when L != S, and the same when L = S).
+        scale: multiplies the scores; defaults to 1/sqrt(D).
+        dropout_p: dropout on the weights (pass 0.0 outside training); the weights returned are
+            the ones applied.
 
     Returns:
-        (output, weights). A query that may attend to no key gets zero weights and a zero output.
+        (output, weights). A query with nothing to attend to gets zero weights and a zero output.
 
     Shapes:
-        q (..., L, E), k (..., S, E), v (..., S, Ev) -> output (..., L, Ev), weights (..., L, S)
+        q (..., L, D), k (..., S, D), v (..., S, Dv), mask (..., L, S), key_mask (B, S)
+        -> output (..., L, Dv), weights (..., L, S)
     """
-    check_attention_inputs(q, k, v, mask)
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"attention: `is_causal` must be a bool; got {is_causal!r}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    elif isinstance(scale, bool) or not isinstance(scale, Real) or not math.isfinite(scale):
-        raise TypeError(f"attention: `scale` must be a finite real number or None; got {scale!r}")
+    scores_shape, scale = check.attention_call("attention", q, k, v, mask, key_mask, is_causal, scale, dropout_p)
+    dtype = q.dtype
+    if dtype in LOW_PRECISION:  # fp16/bf16: scores, masks and softmax in fp32, as SDPA does
+        q, k, v = q.float(), k.float(), v.float()
+        mask = mask if mask is None or mask.dtype == torch.bool else mask.float()
 
-    L, S = q.shape[-2], k.shape[-2]
-    # fp16/bf16: form the scores and add a floating mask in fp32, as SDPA does; in fp16 a score
-    # plus a mask entry of finfo.min would otherwise overflow to -inf and silently drop keys.
-    compute = torch.float32 if q.dtype in _LOW_PRECISION else q.dtype
-    # Scaling the (..., L, E) queries costs far less than scaling the (..., L, S) scores.
-    scores = torch.matmul(q.to(compute) * scale, k.to(compute).transpose(-2, -1))  # (..., L, S)
+    *_, L, S = scores_shape
+    scores = (q * scale) @ k.transpose(-2, -1)  # (..., L, S)
+    allowed = build_mask(L, S, mask=mask, key_mask=key_mask, is_causal=is_causal, ndim=len(scores_shape),
+                         device=q.device)
+    weights = masked_softmax(scores, allowed)  # (..., L, S)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    output = weights @ v  # (..., L, Dv)
+    return output.to(dtype), weights.to(dtype)
 
-    allowed = None  # bool (..., L, S) or broadcastable, True = may attend
-    if mask is not None and mask.dtype == torch.bool:
-        allowed = mask
-    elif mask is not None:
-        scores = scores + mask.to(compute)
-        neg_inf = torch.isneginf(mask)
-        if neg_inf.any():
-            allowed = ~neg_inf
-    if is_causal:
-        causal = causal_mask(L, S, device=q.device)  # (L, S)
-        allowed = causal if allowed is None else allowed & causal
 
-    weights = masked_softmax(scores, allowed, dim=-1)  # (..., L, S)
-    output = torch.matmul(weights, v.to(compute))  # (..., L, Ev)
-    return output.to(q.dtype), weights.to(q.dtype)
+def fused_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    key_mask: Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """:func:`attention`'s output through PyTorch's fused ``F.scaled_dot_product_attention``.
+
+    The same arguments and the same result (without the weights, which the fused kernels never
+    form). This is the one place that decides when SDPA may build the causal mask itself: its
+    ``is_causal`` is aligned to the top left, which is the book's bottom-right mask only when
+    L = S, and it cannot be combined with another mask.
+
+    Shapes:
+        q (..., L, D), k (..., S, D), v (..., S, Dv), mask (..., L, S), key_mask (B, S) -> (..., L, Dv)
+    """
+    scores_shape, _ = check.attention_call("fused_attention", q, k, v, mask, key_mask, is_causal, scale, dropout_p)
+    *_, L, S = scores_shape
+    if is_causal and mask is None and key_mask is None and L == S:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+    allowed = build_mask(L, S, mask=mask, key_mask=key_mask, is_causal=is_causal, ndim=len(scores_shape),
+                         device=q.device)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
+
+
+def split_heads(x: Tensor, num_heads: int) -> Tensor:
+    """Cut the width into ``num_heads`` slices of D = E / H and move the heads forward.
+
+    Shapes:
+        x (B, L, E) -> (B, H, L, D)
+    """
+    _check_split("split_heads", x, num_heads)
+    B, L, E = x.shape
+    return x.view(B, L, num_heads, E // num_heads).transpose(1, 2)  # (B, H, L, D)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """Undo :func:`split_heads`: put the heads' outputs side by side again.
+
+    Shapes:
+        x (B, H, L, D) -> (B, L, E) with E = H * D
+    """
+    check.tensor("merge_heads", "x", x, letters="B, H, L, D")
+    B, H, L, D = x.shape
+    return x.transpose(1, 2).reshape(B, L, H * D)  # (B, L, E)
+
+
+# ----------------------------------------------------------------------------- argument checks
+def _check_softmax(scores: object, mask: object, dim: object) -> None:
+    check.tensor("masked_softmax", "scores", scores, floating=True)
+    check.dim("masked_softmax", "dim", dim, scores.dim())
+    check.mask("masked_softmax", "mask", mask, tuple(scores.shape), scores.dtype, "the `scores` shape")
+
+
+def _check_split(where: str, x: object, num_heads: object) -> None:
+    check.tensor(where, "x", x, letters="B, L, E")
+    check.positive_int(where, "num_heads", num_heads)
+    if x.shape[-1] % num_heads:
+        raise ValueError(f"{where}: the width E={x.shape[-1]} of `x` is not divisible by num_heads={num_heads}")

@@ -1,9 +1,16 @@
-"""Boolean attention masks. Convention everywhere in the book: True means "may attend".
+"""Masks: which keys each query may attend to. A boolean mask is True where a query may attend.
+
+* :func:`padding_mask` is True on the real tokens of a padded batch, (B, S).
+* :func:`causal_mask` lets query i see keys j <= i + (S - L): aligned to the bottom right.
+* :func:`expand_key_mask` turns a (B, S) padding mask into (B, 1, S), ready to broadcast against
+  scores (B, L, S) (or (B, 1, 1, S) against (B, H, L, S)).
+* :func:`combine_masks` is the one rule for combining masks, used by every attention path.
+* :func:`apply_mask` puts a mask onto scores: ``-inf`` where blocked, floating values added.
+
+A mask broadcasts against the scores (..., L, S), as in PyTorch: a 2-D mask is (L, S).
 
 Shapes:
-    B batch, L queries, S keys/values.
-    padding_mask -> (B, S)
-    causal_mask  -> (L, S)
+    padding_mask -> (B, S); causal_mask -> (L, S); expand_key_mask (B, S) -> (B, 1, S)
 """
 
 from __future__ import annotations
@@ -13,11 +20,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["padding_mask", "causal_mask", "combine_masks", "check_mask"]
+from . import _checks as check
 
-
-def _shape(t: Tensor) -> tuple[int, ...]:
-    return tuple(t.shape)
+__all__ = ["padding_mask", "causal_mask", "expand_key_mask", "combine_masks", "apply_mask", "build_mask"]
 
 
 def padding_mask(lengths: Tensor | Sequence[int], max_len: int | None = None) -> Tensor:
@@ -34,96 +39,140 @@ def padding_mask(lengths: Tensor | Sequence[int], max_len: int | None = None) ->
     tensor([[ True,  True,  True, False],
             [ True, False, False, False]])
     """
+    where = "padding_mask"
     if not isinstance(lengths, Tensor):
         try:
             lengths = list(lengths)
-            lengths = torch.as_tensor(lengths, dtype=torch.long) if not lengths else torch.as_tensor(lengths)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(
-                f"padding_mask: `lengths` must be a 1-D tensor or a list of ints; got {lengths!r}"
-            ) from exc
+            lengths = torch.as_tensor(lengths, dtype=torch.long if not lengths else None)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"{where}: `lengths` must be a 1-D tensor or a list of ints; got {lengths!r}") from None
     if lengths.dtype == torch.bool or lengths.dtype.is_floating_point or lengths.dtype.is_complex:
-        raise TypeError(
-            f"padding_mask: `lengths` must hold integers; got dtype {lengths.dtype}"
-        )
+        raise TypeError(f"{where}: `lengths` must hold integers; got dtype {lengths.dtype}")
     if lengths.dim() != 1:
-        raise ValueError(
-            f"padding_mask: `lengths` must be 1-D (B,); got shape {_shape(lengths)}"
-        )
+        raise ValueError(f"{where}: `lengths` must be 1-D (B,); got shape {check.shape(lengths)}")
     if lengths.numel() and int(lengths.min()) < 0:
-        raise ValueError(
-            f"padding_mask: `lengths` must be >= 0; got {lengths.tolist()}"
-        )
+        raise ValueError(f"{where}: `lengths` must be >= 0; got {lengths.tolist()}")
     longest = int(lengths.max()) if lengths.numel() else 0
-    if max_len is None:
-        max_len = longest
-    if isinstance(max_len, bool) or not isinstance(max_len, int):
-        raise TypeError(f"padding_mask: `max_len` must be an int; got {max_len!r}")
-    if max_len < 0:
-        raise ValueError(f"padding_mask: `max_len` must be >= 0; got {max_len}")
+    max_len = check.nonnegative_int(where, "max_len", longest if max_len is None else max_len)
     if longest > max_len:
-        raise ValueError(
-            f"padding_mask: a length is longer than `max_len`={max_len}; got lengths {lengths.tolist()}"
-        )
+        raise ValueError(f"{where}: a length is longer than `max_len`={max_len}; got lengths {lengths.tolist()}")
     positions = torch.arange(max_len, device=lengths.device)  # (S,)
     return positions[None, :] < lengths[:, None]  # (B, S)
 
 
-def causal_mask(L: int, S: int | None = None, device: torch.device | str | None = None) -> Tensor:
-    """True where query i may attend to key j, aligned to the bottom right.
+def causal_mask(
+    L: int,
+    S: int | None = None,
+    device: torch.device | str | None = None,
+    *,
+    rows: slice | None = None,
+    cols: slice | None = None,
+) -> Tensor:
+    """True where query i may attend to key j, aligned to the bottom right: ``j <= i + (S - L)``.
 
-    Query i sees key j when ``j <= i + (S - L)``: the last query sees every key. With L = S this is
-    the lower triangle including its diagonal. With one new query and a cache of S keys (L = 1) the
-    query sees all S keys. (PyTorch's ``is_causal=True`` aligns to the top left instead when L != S.)
+    The last query sees every key. With L = S this is the lower triangle including its diagonal;
+    with one new query and a cache of S keys (L = 1) the query sees all S keys. PyTorch's
+    ``is_causal=True`` aligns to the top left instead (``j <= i``); the two agree when L = S.
+
+    Args:
+        L, S: the numbers of queries and keys (S defaults to L).
+        device: where to build the mask.
+        rows, cols: only this block of the (L, S) mask (tiled attention builds one tile at a time).
 
     Shapes:
-        -> (L, S)
+        -> (L, S), or (len(rows), len(cols)) for a block
     """
-    if S is None:
-        S = L
-    for name, value in (("L", L), ("S", S)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"causal_mask: `{name}` must be an int; got {value!r}")
-        if value < 0:
-            raise ValueError(f"causal_mask: `{name}` must be >= 0; got {value}")
-    i = torch.arange(L, device=device)[:, None]  # (L, 1)
-    j = torch.arange(S, device=device)[None, :]  # (1, S)
+    S = L if S is None else S
+    check.nonnegative_int("causal_mask", "L", L)
+    check.nonnegative_int("causal_mask", "S", S)
+    device = check.device("causal_mask", "device", device)
+    rows, cols = rows or slice(0, L), cols or slice(0, S)
+    i = torch.arange(L, device=device)[rows, None]  # (L, 1)
+    j = torch.arange(S, device=device)[None, cols]  # (1, S)
     return j <= i + (S - L)  # (L, S)
 
 
-def check_mask(mask: Tensor, name: str = "mask", where: str = "combine_masks") -> None:
-    """Raise a clear TypeError unless ``mask`` is a boolean tensor."""
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"{where}: `{name}` must be a bool tensor or None; got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"{where}: `{name}` must be a bool tensor (True = may attend); got dtype {mask.dtype}"
-        )
+def expand_key_mask(key_mask: Tensor, ndim: int = 3) -> Tensor:
+    """A padding mask over keys, (B, S), viewed so that it broadcasts against scores of ``ndim`` dims.
+
+    ``ndim=3``: (B, 1, S) against (B, L, S); ``ndim=4``: (B, 1, 1, S) against (B, H, L, S). A
+    (S,) mask stays (S,): it applies to every query of every batch element.
+
+    Shapes:
+        key_mask (B, S) -> (B, 1, ..., 1, S) with ``ndim`` dims
+    """
+    if key_mask.dim() <= 1:
+        return key_mask  # (S,)
+    *batch, S = key_mask.shape
+    return key_mask.view(*batch, *([1] * (ndim - key_mask.dim())), S)  # (B, 1, ..., 1, S)
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:
-    """AND together any number of boolean masks; ``None`` means "no restriction" and is skipped.
+    """The one rule for combining masks: a key blocked by any mask stays blocked.
 
-    Returns None when every mask is None. The result has the broadcast shape of the inputs.
+    * ``None`` means "no restriction" and is skipped; all None gives None.
+    * Bool masks (True = may attend) combine with AND; if every mask is bool, so is the result.
+    * Floating masks are added to the scores: their values add up here, and a ``-inf`` blocks.
+      With any floating mask the result is floating: the sum of the floating masks, with ``-inf``
+      wherever a bool mask is False. That is the form ``F.scaled_dot_product_attention`` takes.
+
+    So a key blocked by a bool mask, by a ``-inf`` or (through :func:`build_mask`) by the causal
+    rule or a padding mask gets exactly zero weight, whatever finite values (``finfo.min``
+    included) the other masks give it. The result has the broadcast shape of the inputs.
+
+    Shapes:
+        masks broadcastable to each other -> their broadcast shape
 
     >>> combine_masks(None, causal_mask(2), None)
     tensor([[ True, False],
             [ True,  True]])
     """
-    result = None
-    for index, mask in enumerate(masks):
-        if mask is None:
-            continue
-        check_mask(mask, name=f"masks[{index}]")
-        if result is None:
-            result = mask
-            continue
-        try:
-            torch.broadcast_shapes(result.shape, mask.shape)
-        except RuntimeError as exc:
-            raise ValueError(
-                f"combine_masks: `masks[{index}]` of shape {_shape(mask)} does not broadcast with "
-                f"the masks before it, of shape {_shape(result)}"
-            ) from exc
-        result = result & mask
-    return result
+    present = check.combinable_masks("combine_masks", masks)  # the masks that are not None
+    allowed, additive = None, None
+    for mask in present:
+        if mask.dtype == torch.bool:
+            allowed = mask if allowed is None else allowed & mask  # blocked if any mask blocks
+        else:
+            additive = mask if additive is None else additive + mask  # the values add up
+    if additive is None:
+        return allowed
+    if allowed is None:
+        return additive
+    return torch.where(allowed, additive, float("-inf"))  # blocked stays blocked, whatever is added
+
+
+def apply_mask(scores: Tensor, mask: Tensor | None) -> Tensor:
+    """Scores under a mask: ``-inf`` where a bool mask is False, a floating mask's values added.
+
+    Shapes:
+        scores (..., L, S), mask broadcastable to (..., L, S) -> (..., L, S)
+    """
+    if mask is None:
+        return scores
+    if mask.dtype == torch.bool:
+        return torch.where(mask, scores, float("-inf"))
+    return scores + mask
+
+
+def build_mask(
+    L: int,
+    S: int,
+    *,
+    mask: Tensor | None = None,
+    key_mask: Tensor | None = None,
+    is_causal: bool = False,
+    ndim: int = 3,
+    device: torch.device | None = None,
+) -> Tensor | None:
+    """The one mask an attention call applies: ``mask``, the padding ``key_mask`` and the causal
+    rule, combined by :func:`combine_masks`.
+
+    Shapes:
+        mask broadcastable to (..., L, S), key_mask (B, S) -> bool or floating, broadcastable to
+        (..., L, S) with ``ndim`` dims; None when there is nothing to mask
+    """
+    return combine_masks(
+        mask,
+        None if key_mask is None else expand_key_mask(key_mask, ndim),  # (B, 1, ..., 1, S)
+        causal_mask(L, S, device=device) if is_causal and L > 1 else None,  # (L, S); one query sees every key
+    )

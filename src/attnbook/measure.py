@@ -1,10 +1,12 @@
-"""Measuring what a function costs: the peak of the CPU memory it allocates, and its run time.
+"""Measuring what a function costs: the peak of the CPU memory it allocates, and its run time (the
+package's one timing and memory API: the chapters and ``python -m attnbook.bench`` use it).
 
 ``peak_memory_bytes`` runs a function under the PyTorch profiler with ``profile_memory=True`` and
 replays every allocation (+n bytes) and free (-n bytes) of CPU tensor memory in time order; the
 largest running total is the peak: the most tensor memory the call held at one moment on top of
 what was already allocated before it started. ``time_call`` reports the median wall time of
-several calls after a few warm-up calls.
+several calls after a few warm-up calls; ``interleaved_medians`` does that for competing functions
+called in turn, so that a busy moment of a shared machine slows all of them alike.
 
 Both measure the same thing on every machine only in relation: compare two functions measured
 the same way, and assert ratios with wide margins, never absolute times.
@@ -22,7 +24,9 @@ from collections.abc import Callable
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-__all__ = ["peak_memory_bytes", "memory_timeline", "time_call"]
+from . import _checks as check
+
+__all__ = ["peak_memory_bytes", "memory_timeline", "time_call", "interleaved_medians"]
 
 _clock = time.perf_counter  # a module attribute, so that tests can replace the clock
 
@@ -62,6 +66,9 @@ def memory_timeline(fn: Callable, *args, **kwargs) -> list[tuple[int, int]]:
         ``< 0`` for a free. Frees of tensors that existed before the call appear too
         (negative), and the result of ``fn`` is freed after the profiler stops, so it
         appears only as an allocation.
+
+    Shapes:
+        no tensors of its own: ``fn``'s arguments pass through unchanged
     """
     _check_callable("memory_timeline", fn)
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=False)
@@ -95,6 +102,9 @@ def peak_memory_bytes(fn: Callable, *args, **kwargs) -> int:
     starts.
 
     Example: ``peak_memory_bytes(torch.zeros, 1000, 1000)`` is 4,000,000 (a million float32).
+
+    Shapes:
+        no tensors of its own: ``fn``'s arguments pass through unchanged
     """
     _check_callable("peak_memory_bytes", fn)
     total = peak = 0
@@ -113,17 +123,38 @@ def time_call(fn: Callable, *args, repeats: int = 7, warmup: int = 1, **kwargs) 
 
     ``warmup`` calls run first and are not timed (they fill caches and let PyTorch pick its
     kernels). The median, unlike the mean, ignores the odd call slowed down by another process.
+
+    Shapes:
+        no tensors of its own: ``fn``'s arguments pass through unchanged
     """
     _check_callable("time_call", fn)
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"time_call: `repeats` must be an int >= 1; got {repeats!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"time_call: `warmup` must be an int >= 0; got {warmup!r}")
+    return interleaved_medians({"fn": lambda: fn(*args, **kwargs)}, repeats=repeats, warmup=warmup,
+                               where="time_call")["fn"]
+
+
+def interleaved_medians(
+    fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 1, where: str = "interleaved_medians"
+) -> dict[str, float]:
+    """Median wall time in seconds of each function, calling them in turn within every repeat.
+
+    ``warmup`` rounds run first untimed. Calling the competitors alternately, rather than one
+    after the other, means a slow patch of the machine hits all of them, which keeps their
+    ratios honest on a shared machine.
+
+    Shapes:
+        no tensors of its own
+    """
+    check.positive_int(where, "repeats", repeats)
+    check.nonnegative_int(where, "warmup", warmup)
+    for name, fn in fns.items():
+        _check_callable(where, fn)
     for _ in range(warmup):
-        fn(*args, **kwargs)
-    times = []
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        start = _clock()
-        fn(*args, **kwargs)
-        times.append(_clock() - start)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            start = _clock()
+            fn()
+            times[name].append(_clock() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}

@@ -20,25 +20,27 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-__all__ = ["setup", "seed_everything", "glue", "claim", "claims", "in_colab"]
+__all__ = ["setup", "seed_everything", "glue", "claim", "claims"]
 
 
 def seed_everything(seed: int = 0) -> None:
-    """Seed Python's, NumPy's and PyTorch's generators."""
+    """Seed Python's, NumPy's and PyTorch's generators.
+
+    Shapes:
+        no tensors
+    """
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
 
 
-def in_colab() -> bool:
-    import sys
-
-    return "google.colab" in sys.modules
-
-
 def setup(seed: int = 0) -> None:
     """Seed everything, print tensors with 4 decimals, and draw figures as PNG in a
-    colour-blind-safe palette."""
+    colour-blind-safe palette.
+
+    Shapes:
+        no tensors
+    """
     seed_everything(seed)
     torch.set_printoptions(precision=4, sci_mode=False)
     np.set_printoptions(precision=4, suppress=True)
@@ -68,6 +70,9 @@ def glue(name: str, value, display: bool = False):
     (``metadata["attnbook"]["figure"]``): its width on the page and what makes it hard to read
     there (text under 8 pt, overlapping labels, series that differ only in hue). Nothing is
     raised here; tests/test_figures.py fails on a stored report with problems.
+
+    Shapes:
+        no tensors (a 0-d tensor is glued as a number)
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"glue: `name` must be a non-empty string; got {name!r}")

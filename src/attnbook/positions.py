@@ -16,6 +16,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from . import _checks as check
+
 __all__ = ["sinusoidal_positions", "LearnedPositions"]
 
 
@@ -43,11 +45,14 @@ def sinusoidal_positions(
         -> (L, E)
     """
     for name, value in (("num_positions", num_positions), ("embed_dim", embed_dim), ("offset", offset)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"sinusoidal_positions: `{name}` must be a non-negative int; got {value!r}")
+        check.nonnegative_int("sinusoidal_positions", name, value)
+    dtype = check.floating_dtype("sinusoidal_positions", "dtype", dtype)
+    device = check.device("sinusoidal_positions", "device", device)
     if embed_dim % 2:
         raise ValueError(f"sinusoidal_positions: `embed_dim` must be even (sin/cos pairs); got {embed_dim}")
-    if not isinstance(base, (int, float)) or isinstance(base, bool) or base <= 1:
+    if not isinstance(base, (int, float)) or isinstance(base, bool):
+        raise TypeError(f"sinusoidal_positions: `base` must be a number > 1; got {check.described(base)}")
+    if base <= 1:
         raise ValueError(f"sinusoidal_positions: `base` must be a number > 1; got {base!r}")
     position = torch.arange(offset, offset + num_positions, dtype=torch.float64, device=device)[:, None]  # (L, 1)
     rates = torch.exp(
@@ -71,14 +76,17 @@ class LearnedPositions(nn.Module):
 
     def __init__(self, max_len: int, embed_dim: int) -> None:
         super().__init__()
-        for name, value in (("max_len", max_len), ("embed_dim", embed_dim)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"LearnedPositions: `{name}` must be a positive int; got {value!r}")
-        self.max_len = max_len
+        self.max_len = check.positive_int("LearnedPositions", "max_len", max_len)
+        check.positive_int("LearnedPositions", "embed_dim", embed_dim)
         self.table = nn.Embedding(max_len, embed_dim)
         nn.init.normal_(self.table.weight, std=0.02)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Add the vectors of positions offset .. offset + L - 1.
+
+        Shapes:
+            x (B, L, E), offset -> (B, L, E)
+        """
         L = x.shape[-2]
         if offset < 0 or offset + L > self.max_len:
             raise ValueError(

@@ -21,54 +21,27 @@ import math
 import torch
 from torch import Tensor, nn
 
+from . import _checks as check
+
 __all__ = ["DotScore", "ScaledDotScore", "BilinearScore", "AdditiveScore"]
-
-
-def _shape(t: Tensor) -> tuple[int, ...]:
-    return tuple(t.shape)
 
 
 def _check(where: str, queries: Tensor, keys: Tensor, same_width: bool,
            query_dim: int | None = None, key_dim: int | None = None) -> None:
     """Raise a TypeError/ValueError naming the argument if queries/keys are not a valid pair."""
-    for name, t, letters in (("queries", queries, "B, L, Dq"), ("keys", keys, "B, S, Dk")):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{where}: `{name}` must be a tensor; got {type(t).__name__}")
-        if t.dim() != 3:
-            raise ValueError(f"{where}: `{name}` must be 3-D ({letters}); got shape {_shape(t)}")
-        if not t.dtype.is_floating_point:
-            raise TypeError(f"{where}: `{name}` must be floating point; got dtype {t.dtype}")
-    if queries.dtype != keys.dtype:
-        raise TypeError(
-            f"{where}: `queries` and `keys` must share one dtype; got {queries.dtype} and {keys.dtype}"
-        )
+    check.tensor(where, "queries", queries, letters="B, L, Dq", floating=True)
+    check.tensor(where, "keys", keys, letters="B, S, Dk", floating=True)
+    check.same_dtype(where, "`queries` and `keys`", queries, keys)
     if queries.shape[0] != keys.shape[0]:
-        raise ValueError(
-            f"{where}: `queries` and `keys` must have the same batch size B; got "
-            f"queries {_shape(queries)} and keys {_shape(keys)}"
-        )
+        raise ValueError(f"{where}: `queries` and `keys` must have the same batch size B; got "
+                         f"queries {check.shape(queries)} and keys {check.shape(keys)}")
     if same_width and queries.shape[-1] != keys.shape[-1]:
-        raise ValueError(
-            f"{where}: `queries` and `keys` must have the same width D for a dot product; got "
-            f"queries {_shape(queries)} and keys {_shape(keys)} (use BilinearScore or "
-            f"AdditiveScore when the widths differ)"
-        )
-    if query_dim is not None and queries.shape[-1] != query_dim:
-        raise ValueError(
-            f"{where}: `queries` must have width query_dim={query_dim}; got shape {_shape(queries)}"
-        )
-    if key_dim is not None and keys.shape[-1] != key_dim:
-        raise ValueError(
-            f"{where}: `keys` must have width key_dim={key_dim}; got shape {_shape(keys)}"
-        )
-
-
-def _positive_int(where: str, name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{where}: `{name}` must be a positive int; got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{where}: `{name}` must be a positive int; got {value!r}")
-    return value
+        raise ValueError(f"{where}: `queries` and `keys` must have the same width D for a dot product; got "
+                         f"queries {check.shape(queries)} and keys {check.shape(keys)} (use BilinearScore or "
+                         f"AdditiveScore when the widths differ)")
+    for name, t, width, width_name in (("queries", queries, query_dim, "query_dim"), ("keys", keys, key_dim, "key_dim")):
+        if width is not None and t.shape[-1] != width:
+            raise ValueError(f"{where}: `{name}` must have width {width_name}={width}; got shape {check.shape(t)}")
 
 
 class DotScore(nn.Module):
@@ -82,6 +55,11 @@ class DotScore(nn.Module):
     """
 
     def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
+        """The dot product of every query with every key.
+
+        Shapes:
+            queries (B, L, D), keys (B, S, D) -> scores (B, L, S)
+        """
         _check("DotScore", queries, keys, same_width=True)
         return queries @ keys.transpose(1, 2)  # (B, L, S)
 
@@ -97,6 +75,11 @@ class ScaledDotScore(nn.Module):
     """
 
     def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
+        """The dot product of every query with every key, divided by sqrt(D).
+
+        Shapes:
+            queries (B, L, D), keys (B, S, D) -> scores (B, L, S)
+        """
         _check("ScaledDotScore", queries, keys, same_width=True)
         return queries @ keys.transpose(1, 2) / math.sqrt(queries.shape[-1])  # (B, L, S)
 
@@ -117,18 +100,28 @@ class BilinearScore(nn.Module):
 
     def __init__(self, query_dim: int, key_dim: int) -> None:
         super().__init__()
-        self.query_dim = _positive_int("BilinearScore", "query_dim", query_dim)
-        self.key_dim = _positive_int("BilinearScore", "key_dim", key_dim)
+        self.query_dim = check.positive_int("BilinearScore", "query_dim", query_dim)
+        self.key_dim = check.positive_int("BilinearScore", "key_dim", key_dim)
         self.weight = nn.Parameter(torch.empty(query_dim, key_dim))  # (Dq, Dk)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Xavier-uniform W.
+
+        Shapes:
+            weight (Dq, Dk)
+        """
         nn.init.xavier_uniform_(self.weight)
 
     def extra_repr(self) -> str:
         return f"query_dim={self.query_dim}, key_dim={self.key_dim}"
 
     def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
+        """Map each query into key space with W, then take dot products with the keys.
+
+        Shapes:
+            queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
+        """
         _check("BilinearScore", queries, keys, same_width=False,
                query_dim=self.query_dim, key_dim=self.key_dim)
         projected = queries @ self.weight  # (B, L, Dk): each query mapped into key space
@@ -155,9 +148,9 @@ class AdditiveScore(nn.Module):
 
     def __init__(self, query_dim: int, key_dim: int, hidden_dim: int) -> None:
         super().__init__()
-        self.query_dim = _positive_int("AdditiveScore", "query_dim", query_dim)
-        self.key_dim = _positive_int("AdditiveScore", "key_dim", key_dim)
-        self.hidden_dim = _positive_int("AdditiveScore", "hidden_dim", hidden_dim)
+        self.query_dim = check.positive_int("AdditiveScore", "query_dim", query_dim)
+        self.key_dim = check.positive_int("AdditiveScore", "key_dim", key_dim)
+        self.hidden_dim = check.positive_int("AdditiveScore", "hidden_dim", hidden_dim)
         self.query_proj = nn.Linear(query_dim, hidden_dim, bias=False)  # W_q
         self.key_proj = nn.Linear(key_dim, hidden_dim, bias=True)  # W_k and the bias c of W
         self.v = nn.Linear(hidden_dim, 1, bias=False)  # vᵀ
@@ -166,6 +159,11 @@ class AdditiveScore(nn.Module):
         return f"query_dim={self.query_dim}, key_dim={self.key_dim}, hidden_dim={self.hidden_dim}"
 
     def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
+        """Project queries and keys once each, add them by broadcasting, then tanh and v.
+
+        Shapes:
+            queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
+        """
         _check("AdditiveScore", queries, keys, same_width=False,
                query_dim=self.query_dim, key_dim=self.key_dim)
         q = self.query_proj(queries).unsqueeze(2)  # (B, L, 1, Dh)

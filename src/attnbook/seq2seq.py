@@ -23,6 +23,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from . import _checks as check
 from .attention import Attention
 from .data import EOS, PAD, SOS, VOCAB_SIZE
 from .masks import padding_mask
@@ -72,50 +73,37 @@ def attention_step(
         decoder_state (B, Dq), encoder_states (B, S, Dk), source_mask (B, S)
         -> context (B, Dk), weights (B, S)
     """
-    if not isinstance(decoder_state, Tensor) or decoder_state.dim() != 2:
-        raise ValueError(
-            f"attention_step: `decoder_state` must be a 2-D tensor (B, Dq); got {_shape(decoder_state)}"
-        )
-    if not isinstance(encoder_states, Tensor) or encoder_states.dim() != 3:
-        raise ValueError(
-            f"attention_step: `encoder_states` must be a 3-D tensor (B, S, Dk); got {_shape(encoder_states)}"
-        )
-    B, S = encoder_states.shape[:2]
-    if decoder_state.shape[0] != B:
-        raise ValueError(
-            f"attention_step: `decoder_state` {_shape(decoder_state)} and `encoder_states` "
-            f"{_shape(encoder_states)} must have the same batch size B"
-        )
-    if not isinstance(score, nn.Module):
-        raise TypeError(
-            f"attention_step: `score` must be a score module such as attnbook.scores.DotScore(); "
-            f"got {type(score).__name__}"
-        )
-    if source_mask is not None:
-        if not isinstance(source_mask, Tensor) or source_mask.dtype != torch.bool:
-            got = source_mask.dtype if isinstance(source_mask, Tensor) else type(source_mask).__name__
-            raise TypeError(
-                f"attention_step: `source_mask` must be a bool tensor (True = real token); got {got}"
-            )
-        if tuple(source_mask.shape) != (B, S):
-            raise ValueError(
-                f"attention_step: `source_mask` must have shape (B, S) = {(B, S)}; "
-                f"got {_shape(source_mask)}"
-            )
-    attention = score if isinstance(score, Attention) else Attention(score)
-    queries = decoder_state.unsqueeze(1)  # (B, 1, Dq)
-    context, weights = attention(queries, encoder_states, encoder_states, source_mask)  # (B, 1, Dk), (B, 1, S)
+    _check_step(decoder_state, encoder_states, score, source_mask)
+    attend = score if isinstance(score, Attention) else Attention(score)
+    queries = decoder_state.unsqueeze(1)  # (B, 1, Dq): one query per sequence
+    context, weights = attend(queries, encoder_states, encoder_states, key_mask=source_mask)  # (B, 1, Dk), (B, 1, S)
     return context.squeeze(1), weights.squeeze(1)  # (B, Dk), (B, S)
 
 
-def _check_source(where: str, src: Tensor, src_lengths: Tensor) -> None:
-    if not isinstance(src, Tensor) or src.dim() != 2 or src.dtype != torch.long:
-        got = f"{_shape(src)} {src.dtype}" if isinstance(src, Tensor) else type(src).__name__
-        raise ValueError(f"{where}: `src` must be a 2-D long tensor of token ids (B, S); got {got}")
-    if not isinstance(src_lengths, Tensor) or src_lengths.dim() != 1 or src_lengths.dtype != torch.long:
-        got = (f"{_shape(src_lengths)} {src_lengths.dtype}" if isinstance(src_lengths, Tensor)
-               else type(src_lengths).__name__)
-        raise ValueError(f"{where}: `src_lengths` must be a 1-D long tensor (B,); got {got}")
+def _check_step(decoder_state, encoder_states, score, source_mask) -> None:
+    where = "attention_step"
+    check.tensor(where, "decoder_state", decoder_state, letters="B, Dq", floating=True)
+    check.tensor(where, "encoder_states", encoder_states, letters="B, S, Dk", floating=True)
+    B, S = encoder_states.shape[:2]
+    if decoder_state.shape[0] != B:
+        raise ValueError(f"{where}: `decoder_state` {_shape(decoder_state)} and `encoder_states` "
+                         f"{_shape(encoder_states)} must have the same batch size B")
+    if not isinstance(score, nn.Module):
+        raise TypeError(f"{where}: `score` must be a score module such as attnbook.scores.DotScore(); "
+                        f"got {type(score).__name__}")
+    if source_mask is not None:
+        if not isinstance(source_mask, Tensor) or source_mask.dtype != torch.bool:
+            raise TypeError(f"{where}: `source_mask` must be a bool tensor (True = real token); "
+                            f"got {check.described(source_mask)}")
+        if tuple(source_mask.shape) != (B, S):
+            raise ValueError(f"{where}: `source_mask` must have shape (B, S) = {(B, S)}; got {_shape(source_mask)}")
+
+
+def _check_source(where: str, src: Tensor, src_lengths: Tensor, vocab_size: int) -> None:
+    check.token_ids(where, "src", src, vocab_size)
+    check.tensor(where, "src_lengths", src_lengths, letters="B")
+    if src_lengths.dtype != torch.long:
+        raise TypeError(f"{where}: `src_lengths` must be a long tensor (B,); got dtype {src_lengths.dtype}")
     B, S = src.shape
     if src_lengths.shape[0] != B:
         raise ValueError(
@@ -147,7 +135,12 @@ class Encoder(nn.Module):
         self.hidden_dim = hidden_dim
 
     def forward(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, Tensor]:
-        _check_source("Encoder", src, src_lengths)
+        """Every encoder state (zero on padding) and each sequence's final state.
+
+        Shapes:
+            src (B, S), src_lengths (B,) -> states (B, S, Dk), final (B, Dk)
+        """
+        _check_source("Encoder", src, src_lengths, self.embedding.num_embeddings)
         states, _ = self.rnn(self.embedding(src))  # (B, S, Dk)
         real = padding_mask(src_lengths, max_len=src.shape[1])  # (B, S)
         states = states * real.unsqueeze(-1)  # (B, S, Dk), zero on padding
@@ -177,12 +170,22 @@ class BottleneckDecoder(nn.Module):
 
     def step(self, token: Tensor, state: Tensor, encoder_states: Tensor | None = None,
              source_mask: Tensor | None = None) -> tuple[Tensor, Tensor, None]:
+        """One decoding step from the previous token.
+
+        Shapes:
+            token (B,), state (B, Dq) -> logits (B, V), state (B, Dq), None
+        """
         output, _ = self.rnn(self.embedding(token).unsqueeze(1), state.unsqueeze(0))  # (B, 1, Dq)
         state = output.squeeze(1)  # (B, Dq)
         return self.out(state), state, None
 
     def forward(self, tgt_in: Tensor, initial_state: Tensor, encoder_states: Tensor | None = None,
                 source_mask: Tensor | None = None) -> tuple[Tensor, None]:
+        """Teacher forcing over a whole target.
+
+        Shapes:
+            tgt_in (B, T), initial_state (B, Dq) -> logits (B, T, V), None
+        """
         # Teacher forcing: every input token is known, so one GRU call runs all T steps.
         outputs, _ = self.rnn(self.embedding(tgt_in), initial_state.unsqueeze(0))  # (B, T, Dq)
         return self.out(outputs), None  # (B, T, V)
@@ -229,6 +232,12 @@ class AttentionDecoder(nn.Module):
 
     def step(self, token: Tensor, state: Tensor, encoder_states: Tensor,
              source_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """One decoding step: attend, update the state, predict.
+
+        Shapes:
+            token (B,), state (B, Dq), encoder_states (B, S, Dk), source_mask (B, S)
+            -> logits (B, V), state (B, Dq), weights (B, S)
+        """
         context, weights = attention_step(state, encoder_states, self.attention, source_mask)  # (B, Dk), (B, S)
         state = self.cell(torch.cat([self.embedding(token), context], dim=-1), state)  # (B, Dq)
         logits = self.out(torch.cat([state, context], dim=-1))  # (B, V)
@@ -236,6 +245,12 @@ class AttentionDecoder(nn.Module):
 
     def forward(self, tgt_in: Tensor, initial_state: Tensor, encoder_states: Tensor,
                 source_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Teacher forcing over a whole target, one step at a time.
+
+        Shapes:
+            tgt_in (B, T), initial_state (B, Dq), encoder_states (B, S, Dk), source_mask (B, S)
+            -> logits (B, T, V), weights (B, T, S)
+        """
         state = initial_state  # (B, Dq)
         all_logits, all_weights = [], []
         for t in range(tgt_in.shape[1]):
@@ -262,13 +277,21 @@ class Seq2Seq(nn.Module):
 
     @property
     def uses_attention(self) -> bool:
+        """Whether the decoder attends to the encoder states.
+
+        Shapes:
+            no tensors
+        """
         return bool(getattr(self.decoder, "uses_attention", False))
 
     def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
-        """Teacher forcing: the decoder reads the true previous token at every step."""
-        _check_source("Seq2Seq", src, src_lengths)
-        if not isinstance(tgt_in, Tensor) or tgt_in.dim() != 2 or tgt_in.dtype != torch.long:
-            raise ValueError(f"Seq2Seq: `tgt_in` must be a 2-D long tensor (B, T); got {_shape(tgt_in)}")
+        """Teacher forcing: the decoder reads the true previous token at every step.
+
+        Shapes:
+            src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V), weights (B, T, S) or None
+        """
+        _check_source("Seq2Seq", src, src_lengths, self.encoder.embedding.num_embeddings)
+        check.token_ids("Seq2Seq", "tgt_in", tgt_in, self.decoder.embedding.num_embeddings)
         if tgt_in.shape[0] != src.shape[0]:
             raise ValueError(
                 f"Seq2Seq: `tgt_in` {_shape(tgt_in)} and `src` {_shape(src)} must have the same batch size B"
@@ -287,12 +310,12 @@ class Seq2Seq(nn.Module):
 
         Returns:
             (tokens without the SOS, attention weights per step or None)
+
+        Shapes:
+            src (B, S), src_lengths (B,) -> tokens (B, T'), weights (B, T', S) or None
         """
-        _check_source("Seq2Seq.greedy_decode", src, src_lengths)
-        if max_len is None:
-            max_len = src.shape[1] + 1
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"Seq2Seq.greedy_decode: `max_len` must be a positive int; got {max_len!r}")
+        _check_source("Seq2Seq.greedy_decode", src, src_lengths, self.encoder.embedding.num_embeddings)
+        max_len = check.positive_int("Seq2Seq.greedy_decode", "max_len", src.shape[1] + 1 if max_len is None else max_len)
         B = src.shape[0]
         encoder_states, state = self.encoder(src, src_lengths)  # (B, S, Dk), (B, Dq)
         source_mask = padding_mask(src_lengths, max_len=src.shape[1])  # (B, S)
@@ -345,8 +368,7 @@ def build_model(score: str | nn.Module | None = None, hidden_dim: int = 64,
         the model maps src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V)
     """
     for name, value in (("hidden_dim", hidden_dim), ("vocab_size", vocab_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"build_model: `{name}` must be a positive int; got {value!r}")
+        check.positive_int("build_model", name, value)
     embed_dim = hidden_dim if embed_dim is None else embed_dim
     encoder = Encoder(vocab_size, embed_dim, hidden_dim)
     if score is None or score == "none":

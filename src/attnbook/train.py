@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from . import _checks as check
 from .data import EOS, PAD, ReversalTask, pad_sequences
 
 __all__ = [
@@ -56,26 +57,14 @@ def sequence_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
 
 @dataclass
 class TrainResult:
-    """What a training run leaves behind: the loss of every step and the wall time."""
+    """What a training run leaves behind: the loss of every step and the wall time.
+
+    Shapes:
+        no tensors: one float loss per step
+    """
 
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
-
-    def smoothed(self, window: int = 50) -> list[float]:
-        """Running mean of the loss over the last ``window`` steps."""
-        out, total = [], 0.0
-        for i, loss in enumerate(self.losses):
-            total += loss
-            if i >= window:
-                total -= self.losses[i - window]
-            out.append(total / min(i + 1, window))
-        return out
-
-
-def _positive_int(where: str, name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{where}: `{name}` must be a positive int; got {value!r}")
-    return value
 
 
 def train(
@@ -103,10 +92,12 @@ def train(
     task = ReversalTask() if task is None else task
     if not isinstance(task, ReversalTask):
         raise TypeError(f"train: `task` must be a ReversalTask or None; got {type(task).__name__}")
-    _positive_int("train", "steps", steps)
-    _positive_int("train", "batch_size", batch_size)
+    check.positive_int("train", "steps", steps)
+    check.positive_int("train", "batch_size", batch_size)
     for name, value in (("lr", lr), ("clip", clip)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"train: `{name}` must be a positive finite number; got {check.described(value)}")
+        if not value > 0 or not math.isfinite(value):
             raise ValueError(f"train: `{name}` must be a positive finite number; got {value!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"train: `seed` must be an int; got {seed!r}")
@@ -146,7 +137,7 @@ def predict(
     Shapes:
         sources: N sequences -> N token lists, N weight tensors (T', S_n) or None
     """
-    _positive_int("predict", "batch_size", batch_size)
+    check.positive_int("predict", "batch_size", batch_size)
     model.eval()
     outputs: list[list[int]] = []
     weights_out: list[Tensor | None] = []
@@ -169,6 +160,9 @@ class Evaluation:
     ``exact[i]``, ``token[i]`` and ``count[i]`` belong to source length ``lengths[i]``.
     Token accuracy counts the target positions, EOS included, where the greedy output holds
     the right token.
+
+    Shapes:
+        no tensors: one number per source length
     """
 
     lengths: list[int]
@@ -178,12 +172,21 @@ class Evaluation:
 
     @property
     def exact_overall(self) -> float:
+        """Exact match over every source, weighted by the count of each length.
+
+        Shapes:
+            no tensors
+        """
         return sum(e * c for e, c in zip(self.exact, self.count)) / sum(self.count)
 
     def bucketed(self, buckets: Sequence[tuple[int, int]] = DEFAULT_BUCKETS,
                  metric: str = "exact") -> dict[str, float]:
         """The mean of ``metric`` ("exact" or "token") over each inclusive range of lengths,
-        weighted by the number of sources of each length; keys like ``"4-8"``."""
+        weighted by the number of sources of each length; keys like ``"4-8"``.
+
+        Shapes:
+            no tensors
+        """
         if metric not in ("exact", "token"):
             raise ValueError(f"Evaluation.bucketed: `metric` must be 'exact' or 'token'; got {metric!r}")
         values = getattr(self, metric)
@@ -197,16 +200,30 @@ class Evaluation:
         return out
 
     def at(self, length: int, metric: str = "exact") -> float:
-        """``metric`` for one source length."""
+        """``metric`` for one source length.
+
+        Shapes:
+            no tensors
+        """
         if length not in self.lengths:
             raise ValueError(f"Evaluation.at: `length` {length} was not evaluated; have {self.lengths}")
         return getattr(self, metric)[self.lengths.index(length)]
 
     def to_dict(self) -> dict:
+        """A plain dict, for JSON.
+
+        Shapes:
+            no tensors
+        """
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Evaluation":
+        """Undo :meth:`to_dict`.
+
+        Shapes:
+            no tensors
+        """
         return cls(**{k: list(data[k]) for k in ("lengths", "exact", "token", "count")})
 
 

@@ -3,7 +3,7 @@
 The model: token embedding + learned positions, then ``num_layers`` pre-norm blocks
 (``x + attention(norm(x))``, then ``x + mlp(norm(x))``), a final layer norm and a linear read-out to
 the vocabulary. The attention is :class:`attnbook.multihead.CausalSelfAttention`, so the model can
-decode with a :class:`attnbook.efficient.KVCache` per layer.
+decode with a :class:`attnbook.kv_cache.KVCache` per layer, through the same forward.
 
 The problem (:func:`repeat_batch`): N random tokens followed by the same N tokens again. The first
 half cannot be predicted; the second half can be, perfectly, but only by looking back N positions:
@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .efficient import KVCache
+from . import _checks as check
+from .kv_cache import KVCache
 from .multihead import CausalSelfAttention
 from .positions import LearnedPositions
 
@@ -53,8 +54,7 @@ class TransformerBlock(nn.Module):
         max_len: int | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(mlp_ratio, bool) or not isinstance(mlp_ratio, int) or mlp_ratio <= 0:
-            raise ValueError(f"TransformerBlock: `mlp_ratio` must be a positive int; got {mlp_ratio!r}")
+        check.positive_int("TransformerBlock", "mlp_ratio", mlp_ratio)
         self.norm1 = nn.LayerNorm(embed_dim)
         self.attn = CausalSelfAttention(embed_dim, num_heads, dropout=dropout, backend=backend, max_len=max_len)
         self.norm2 = nn.LayerNorm(embed_dim)
@@ -66,37 +66,17 @@ class TransformerBlock(nn.Module):
     def forward(
         self, x: Tensor, *, cache: KVCache | None = None, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
+        """x + attention(norm(x)), then x + mlp(norm(x)).
+
+        Shapes:
+            x (B, L, E) -> (B, L, E), weights (B, H, L, S) or None
+        """
         attended, weights = self.attn(
             self.norm1(x), cache=cache, need_weights=need_weights, average_attn_weights=False
         )  # (B, L, E), (B, H, L, S)
         x = x + attended  # (B, L, E)
         x = x + self.mlp(self.norm2(x))  # (B, L, E)
         return x, weights
-
-    def _decode_plan(self) -> tuple:
-        """What :meth:`_decode` needs, looked up once per :meth:`TinyTransformer.generate` call."""
-        n1, n2 = self.norm1, self.norm2
-        up, act, down = tuple(self.mlp._modules.values())[:3]  # dropout, if any, is off in eval mode
-        return (
-            self.attn, n1.normalized_shape, n1.weight, n1.bias, n1.eps, n2.weight, n2.bias, n2.eps,
-            up.weight, up.bias, act.approximate, down.weight, down.bias,
-        )
-
-    @staticmethod
-    def _decode(x: Tensor, cache: KVCache | None, plan: tuple) -> Tensor:
-        """:meth:`forward` in eval mode without weights, for a decoding step whose inputs the
-        model already checked: the same operations, called directly (``plan`` from :meth:`_decode_plan`).
-
-        Shapes:
-            x (B, L, E) -> (B, L, E)
-        """
-        attn, shape, w1, b1, eps1, w2, b2, eps2, up_w, up_b, approximate, down_w, down_b = plan
-        h = F.layer_norm(x, shape, w1, b1, eps1)  # (B, L, E)
-        attended, _ = attn._attend(h, cache, cache is not None, False, False)  # (B, L, E)
-        x = x + attended  # (B, L, E)
-        h = F.layer_norm(x, shape, w2, b2, eps2)  # (B, L, E)
-        h = F.gelu(F.linear(h, up_w, up_b), approximate=approximate)  # (B, L, r*E)
-        return x + F.linear(h, down_w, down_b)  # (B, L, E)
 
 
 class TinyTransformer(nn.Module):
@@ -131,8 +111,7 @@ class TinyTransformer(nn.Module):
     ) -> None:
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("max_len", max_len), ("num_layers", num_layers)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"TinyTransformer: `{name}` must be a positive int; got {value!r}")
+            check.positive_int("TinyTransformer", name, value)
         self.vocab_size, self.max_len = vocab_size, max_len
         self.embed_dim, self.num_heads, self.num_layers = embed_dim, num_heads, num_layers
         self.token_embedding = nn.Embedding(vocab_size, embed_dim)
@@ -154,11 +133,9 @@ class TinyTransformer(nn.Module):
         Shapes:
             -> num_layers caches, each holding up to (B, H, max_len, D)
         """
-        max_len = self.max_len if max_len is None else max_len
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or not 0 < max_len <= self.max_len:
-            raise ValueError(
-                f"TinyTransformer.new_caches: `max_len` must be an int in 1..{self.max_len}; got {max_len!r}"
-            )
+        max_len = check.positive_int("TinyTransformer.new_caches", "max_len", self.max_len if max_len is None else max_len)
+        if max_len > self.max_len:
+            raise ValueError(f"TinyTransformer.new_caches: `max_len` must be an int in 1..{self.max_len}; got {max_len}")
         return [block.attn.new_cache(batch_size, max_len) for block in self.blocks]
 
     def forward(
@@ -173,59 +150,31 @@ class TinyTransformer(nn.Module):
         Shapes:
             tokens (B, L) -> logits (B, L, V) [, weights: num_layers x (B, H, L, S)]
         """
-        where = "TinyTransformer.forward"
-        if not isinstance(tokens, Tensor):
-            raise TypeError(f"{where}: `tokens` must be a tensor; got {type(tokens).__name__}")
-        if tokens.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"{where}: `tokens` must hold integer ids (int64); got dtype {tokens.dtype}")
-        if tokens.dim() != 2:
-            raise ValueError(f"{where}: `tokens` must be 2-D (B, L); got shape {tuple(tokens.shape)}")
-        if caches is not None and (not isinstance(caches, (list, tuple)) or len(caches) != self.num_layers):
-            got = len(caches) if isinstance(caches, (list, tuple)) else type(caches).__name__
-            raise ValueError(f"{where}: `caches` must be a list of {self.num_layers} KVCache (one per layer); got {got}")
-        offset = 0 if caches is None else len(caches[0])
-        if offset + tokens.shape[1] > self.max_len:
-            raise ValueError(
-                f"{where}: {offset} cached + {tokens.shape[1]} new positions exceed max_len={self.max_len}"
-            )
+        offset = self._check_forward(tokens, caches, need_weights)
         x = self.positions(self.token_embedding(tokens), offset=offset)  # (B, L, E)
         all_weights = []
-        for i, block in enumerate(self.blocks):
-            x, weights = block(x, cache=None if caches is None else caches[i], need_weights=need_weights)
+        for block, cache in zip(self.blocks, caches or [None] * self.num_layers):
+            x, weights = block(x, cache=cache, need_weights=need_weights)  # (B, L, E), (B, H, L, S)
             all_weights.append(weights)
         logits = self.head(self.norm(x))  # (B, L, V)
         if need_weights:
             return logits, all_weights
         return logits
 
-    def _decode_plan(self) -> tuple:
-        """What :meth:`_decode` needs, looked up once per :meth:`generate` call."""
-        n = self.norm
-        return (
-            self.token_embedding.weight, self.positions.table.weight,
-            [block._decode_plan() for block in self.blocks],
-            n.normalized_shape, n.weight, n.bias, n.eps, self.head.weight, self.head.bias,
-        )
-
-    @staticmethod
-    def _decode(tokens: Tensor, caches: list[KVCache] | None, offset: int, plan: tuple) -> Tensor:
-        """:meth:`forward` in eval mode for one step of :meth:`generate`, whose checks already
-        cover ``tokens``, ``caches`` and ``offset`` (``plan`` from :meth:`_decode_plan`).
-
-        Shapes:
-            tokens (B, L) -> logits (B, L, V)
-        """
-        embedding, table, blocks, shape, norm_w, norm_b, eps, head_w, head_b = plan
-        x = F.embedding(tokens, embedding)  # (B, L, E)
-        x = x + table[offset : offset + tokens.shape[1]]  # (B, L, E)
-        if caches is None:
-            for block in blocks:
-                x = TransformerBlock._decode(x, None, block)  # (B, L, E)
-        else:
-            for block, cache in zip(blocks, caches):
-                x = TransformerBlock._decode(x, cache, block)  # (B, L, E)
-        x = F.layer_norm(x, shape, norm_w, norm_b, eps)  # (B, L, E)
-        return F.linear(x, head_w, head_b)  # (B, L, V)
+    def _check_forward(self, tokens: object, caches: object, need_weights: object) -> int:
+        """Check the arguments of :meth:`forward`; return the position of its first token."""
+        where = "TinyTransformer.forward"
+        check.token_ids(where, "tokens", tokens, self.vocab_size)
+        check.flag(where, "need_weights", need_weights)
+        if caches is not None:
+            if not isinstance(caches, (list, tuple)) or not all(isinstance(c, KVCache) for c in caches):
+                raise TypeError(f"{where}: `caches` must be a list of KVCache (one per layer); got {check.described(caches)}")
+            if len(caches) != self.num_layers:
+                raise ValueError(f"{where}: `caches` must hold {self.num_layers} KVCache (one per layer); got {len(caches)}")
+        offset = 0 if caches is None else len(caches[0])
+        if offset + tokens.shape[1] > self.max_len:
+            raise ValueError(f"{where}: {offset} cached + {tokens.shape[1]} new positions exceed max_len={self.max_len}")
+        return offset
 
     @torch.no_grad()
     def generate(
@@ -245,43 +194,37 @@ class TinyTransformer(nn.Module):
         Shapes:
             prompt (B, L0) -> tokens (B, L0 + N) [, logits (B, N, V) that chose the N new tokens]
         """
-        where = "TinyTransformer.generate"
-        if not isinstance(prompt, Tensor) or prompt.dim() != 2 or prompt.shape[1] == 0:
-            got = tuple(prompt.shape) if isinstance(prompt, Tensor) else type(prompt).__name__
-            raise ValueError(f"{where}: `prompt` must be a non-empty (B, L0) tensor of token ids; got {got}")
-        if isinstance(num_new_tokens, bool) or not isinstance(num_new_tokens, int) or num_new_tokens < 0:
-            raise ValueError(f"{where}: `num_new_tokens` must be an int >= 0; got {num_new_tokens!r}")
-        total = prompt.shape[1] + num_new_tokens
-        if total > self.max_len:
-            raise ValueError(
-                f"{where}: prompt length {prompt.shape[1]} + num_new_tokens {num_new_tokens} = {total} "
-                f"exceeds max_len={self.max_len}"
-            )
+        self._check_generate(prompt, num_new_tokens, use_cache, return_logits)
         was_training = self.training
         self.eval()
         try:
-            L0, steps = prompt.shape[1], []
-            tokens = prompt.new_empty((prompt.shape[0], total))  # (B, L0 + N), filled as we go
-            tokens[:, :L0] = prompt
-            caches = self.new_caches(prompt.shape[0], total) if use_cache else None
-            plan = self._decode_plan()
-            for step in range(num_new_tokens):
-                end = L0 + step
-                if step == 0:  # the prompt, through the checked forward
-                    logits = self(tokens[:, :end], caches=caches)[:, -1]  # (B, V)
-                elif use_cache:  # only the newest token; the first step checked the rest
-                    logits = self._decode(tokens[:, end - 1 : end], caches, end - 1, plan)[:, -1]  # (B, V)
-                else:  # the whole sequence again
-                    logits = self._decode(tokens[:, :end], None, 0, plan)[:, -1]  # (B, V)
+            caches = self.new_caches(prompt.shape[0], prompt.shape[1] + num_new_tokens) if use_cache else None
+            tokens, fed, steps = prompt, prompt, []  # fed: what the next forward reads
+            for _ in range(num_new_tokens):
+                logits = self(fed, caches=caches)[:, -1]  # (B, V): the prediction at the last position
+                next_token = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+                tokens = torch.cat([tokens, next_token], dim=1)  # (B, L0 + t + 1)
+                fed = next_token if use_cache else tokens  # with a cache: only the newest token
                 steps.append(logits)
-                tokens[:, end] = logits.argmax(dim=-1)  # (B,)
         finally:
             self.train(was_training)
         if return_logits:
-            V = self.vocab_size
-            logits = torch.stack(steps, dim=1) if steps else prompt.new_zeros((prompt.shape[0], 0, V), dtype=torch.float32)
-            return tokens, logits  # (B, L0 + N), (B, N, V)
+            empty = prompt.new_zeros((prompt.shape[0], 0, self.vocab_size), dtype=self.head.weight.dtype)
+            return tokens, torch.stack(steps, dim=1) if steps else empty  # (B, L0 + N), (B, N, V)
         return tokens
+
+    def _check_generate(self, prompt: object, num_new_tokens: object, use_cache: object, return_logits: object) -> None:
+        where = "TinyTransformer.generate"
+        check.token_ids(where, "prompt", prompt, self.vocab_size)
+        if prompt.shape[1] == 0:
+            raise ValueError(f"{where}: `prompt` must hold at least one token per sequence; got shape {tuple(prompt.shape)}")
+        check.nonnegative_int(where, "num_new_tokens", num_new_tokens)
+        check.flag(where, "use_cache", use_cache)
+        check.flag(where, "return_logits", return_logits)
+        total = prompt.shape[1] + num_new_tokens
+        if total > self.max_len:
+            raise ValueError(f"{where}: prompt length {prompt.shape[1]} + num_new_tokens {num_new_tokens} = {total} "
+                             f"exceeds max_len={self.max_len}")
 
 
 # ----------------------------------------------------------------------------- the repeat problem
@@ -294,8 +237,7 @@ def repeat_batch(
         -> tokens (B, 2N) with N = half_len
     """
     for name, value in (("batch_size", batch_size), ("half_len", half_len), ("vocab_size", vocab_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"repeat_batch: `{name}` must be a positive int; got {value!r}")
+        check.positive_int("repeat_batch", name, value)
     first = torch.randint(vocab_size, (batch_size, half_len), generator=generator)  # (B, N)
     return torch.cat([first, first], dim=1)  # (B, 2N)
 

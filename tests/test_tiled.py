@@ -1,4 +1,4 @@
-"""Tiled attention against the plain path, and the key/value cache."""
+"""Tiled attention against the readable path (attnbook.functional.attention)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnbook import efficient
-from attnbook.efficient import KVCache, tiled_attention
+from attnbook import efficient, tiled
 from attnbook.functional import attention
+from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask
 from attnbook.measure import peak_memory_bytes
+from attnbook.tiled import tiled_attention
 
 TOL = {torch.float64: dict(atol=1e-10, rtol=1e-10), torch.float32: dict(atol=1e-5, rtol=1e-5)}
 
@@ -69,7 +70,7 @@ def test_tiled_attention_equals_attention(L, S, block_size, kind, is_causal, dty
     expected, _ = attention(q, k, v, mask, is_causal=is_causal)
     with pytest.MonkeyPatch.context() as patch:
         if tile is not None:  # small tiles: several blocks of queries too
-            patch.setattr(efficient, "TILE_SCORES", tile)
+            patch.setattr(tiled, "TILE_SCORES", tile)
         got = tiled_attention(q, k, v, mask, is_causal=is_causal, block_size=block_size)
     assert got.shape == expected.shape and got.dtype == dtype
     torch.testing.assert_close(got, expected, **TOL[dtype])
@@ -90,7 +91,7 @@ def test_tiled_attention_causal_when_L_differs_from_S(L, S, block_size):
 def test_tiled_attention_several_query_blocks(monkeypatch):
     """More queries than one block of queries, and a causal mask that skips whole key blocks."""
     block_size = 3
-    monkeypatch.setattr(efficient, "TILE_SCORES", 8 * block_size)  # blocks of 8 queries
+    monkeypatch.setattr(tiled, "TILE_SCORES", 8 * block_size)  # blocks of 8 queries
     L = 3 * 8 + 5
     q, k, v, g = _qkv((2,), L, L - 7, 4, 4, torch.float64, 1)
     mask = _mask("bool", (2,), L, L - 7, torch.float64, g)
@@ -155,25 +156,31 @@ def test_tiled_attention_never_holds_the_score_matrix(monkeypatch):
     """Doubling L = S quadruples the plain path's peak memory (the L x S scores) but not the tiled
     path's, which holds O(L) rows plus tiles of a fixed size (made small here, 128 x 128, so that
     small L shows it)."""
-    monkeypatch.setattr(efficient, "TILE_SCORES", 128 * 128)
+    monkeypatch.setattr(tiled, "TILE_SCORES", 128 * 128)
     peaks = {}
     for L in (1024, 2048):
         q, k, v = (torch.randn(1, 1, L, 64) for _ in range(3))
         with torch.inference_mode():
             plain = peak_memory_bytes(lambda: attention(q, k, v)[0])
-            tiled = peak_memory_bytes(lambda: tiled_attention(q, k, v, block_size=128))
+            tiled_peak = peak_memory_bytes(lambda: tiled_attention(q, k, v, block_size=128))
         assert plain >= L * L * 4  # at least the fp32 scores
-        peaks[L] = plain, tiled
+        peaks[L] = plain, tiled_peak
     assert peaks[2048][1] < 0.25 * 2048 * 2048 * 4, peaks
     assert peaks[2048][0] > 3.5 * peaks[1024][0], peaks
     assert peaks[2048][1] < 2.5 * peaks[1024][1], peaks
 
 
-@pytest.mark.parametrize("block_size", [0, -3, 2.5, True, "128", None])
-def test_tiled_attention_rejects_bad_block_size(block_size, raises_naming):
+@pytest.mark.parametrize("block_size, error", [(0, ValueError), (-3, ValueError), (2.5, TypeError),
+                                               (True, TypeError), ("128", TypeError), (None, TypeError)])
+def test_tiled_attention_rejects_bad_block_size(block_size, error, raises_naming):
     q = torch.randn(2, 3, 4)
-    with raises_naming(ValueError, "`block_size`", repr(block_size)):
+    with raises_naming(error, "`block_size`", repr(block_size) if block_size is not None else "NoneType"):
         tiled_attention(q, q, q, block_size=block_size)
+
+
+def test_efficient_re_exports_the_two_modules():
+    assert efficient.tiled_attention is tiled_attention and efficient.KVCache is KVCache
+    assert efficient.TILE_SCORES == tiled.TILE_SCORES == 2**20
 
 
 def test_tiled_attention_rejects_bad_inputs(raises_naming):
@@ -186,58 +193,9 @@ def test_tiled_attention_rejects_bad_inputs(raises_naming):
         tiled_attention(q, k, v, torch.ones(2, 3, 5, dtype=torch.long))
     with raises_naming(TypeError, "tiled_attention", "`is_causal`", "1"):
         tiled_attention(q, k, v, is_causal=1)
-    with raises_naming(TypeError, "tiled_attention", "`scale`", "nan"):
+    with raises_naming(ValueError, "tiled_attention", "`scale`", "nan"):
         tiled_attention(q, k, v, scale=float("nan"))
     with raises_naming(TypeError, "tiled_attention", "`query`", "list"):
         tiled_attention([1.0], k, v)
 
 
-# --- KVCache -------------------------------------------------------------------------------
-
-
-def test_kv_cache_appends_and_returns_the_prefix():
-    cache = KVCache(2, 3, 10, 4, dtype=torch.float64)
-    k1, v1 = torch.randn(2, 3, 6, 4, dtype=torch.float64), torch.randn(2, 3, 6, 4, dtype=torch.float64)
-    k2, v2 = torch.randn(2, 3, 1, 4, dtype=torch.float64), torch.randn(2, 3, 1, 4, dtype=torch.float64)
-    keys, values = cache.append(k1, v1)
-    assert len(cache) == 6 and torch.equal(keys, k1) and torch.equal(values, v1)
-    keys, values = cache.append(k2, v2)
-    assert len(cache) == 7
-    assert torch.equal(keys, torch.cat([k1, k2], dim=2)) and torch.equal(values, torch.cat([v1, v2], dim=2))
-    assert torch.equal(cache.keys, keys) and torch.equal(cache.values, values)
-    cache.reset()
-    assert len(cache) == 0 and cache.keys.shape == (2, 3, 0, 4)
-
-
-def test_kv_cache_attention_equals_full_causal_attention():
-    """Decoding one token at a time against the cache gives the rows of full causal attention."""
-    L = 7
-    q, k, v = (torch.randn(2, 3, L, 4, dtype=torch.float64) for _ in range(3))
-    full, _ = attention(q, k, v, is_causal=True)
-    cache = KVCache(2, 3, L, 4, dtype=torch.float64)
-    rows = []
-    for t in range(L):
-        keys, values = cache.append(k[:, :, t : t + 1], v[:, :, t : t + 1])
-        rows.append(attention(q[:, :, t : t + 1], keys, values, is_causal=True)[0])
-    torch.testing.assert_close(torch.cat(rows, dim=2), full)
-
-
-def test_kv_cache_errors(raises_naming):
-    cache = KVCache(2, 3, 4, 5)
-    with raises_naming(ValueError, "full", "max_len=4"):
-        cache.append(torch.randn(2, 3, 5, 5), torch.randn(2, 3, 5, 5))
-    cache.append(torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5))
-    with raises_naming(ValueError, "full", "4 of max_len=4"):
-        cache.append(torch.randn(2, 3, 1, 5), torch.randn(2, 3, 1, 5))
-    cache.reset()
-    with raises_naming(ValueError, "`k`", "batch size 1", "batch_size=2"):
-        cache.append(torch.randn(1, 3, 1, 5), torch.randn(1, 3, 1, 5))
-    with raises_naming(ValueError, "`v`", "(2, 3, 1, 6)"):
-        cache.append(torch.randn(2, 3, 1, 5), torch.randn(2, 3, 1, 6))
-    with raises_naming(ValueError, "`k`", "(2, 3, 5)"):
-        cache.append(torch.randn(2, 3, 5), torch.randn(2, 3, 5))
-    with raises_naming(ValueError, "`k`", "`v`", "(2, 3, 2, 5)", "(2, 3, 1, 5)"):
-        cache.append(torch.randn(2, 3, 2, 5), torch.randn(2, 3, 1, 5))
-    for bad in (0, -1, 2.0, True):
-        with raises_naming(ValueError, "`max_len`", repr(bad)):
-            KVCache(2, 3, bad, 5)
