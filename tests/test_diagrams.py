@@ -162,7 +162,8 @@ def test_decoding_steps_replay_generate():
 def test_decoding_steps_notice_a_mask_that_is_not_causal(monkeypatch):
     """The recorded cells come from the run: a layer that lets query 0 see the future is caught."""
     layer = CausalSelfAttention(8, 2).eval()
-    monkeypatch.setattr(layer, "_causal", lambda L, S, device: torch.ones(L, S, dtype=torch.bool))
+    attend = layer._attend
+    monkeypatch.setattr(layer, "_attend", lambda q, k, v, **kw: attend(q, k, v, **{**kw, "is_causal": False}))
     with pytest.raises(AssertionError, match="not to causal_mask"):
         decoding_steps(layer, torch.randn(1, 4, 8), (4,))
 

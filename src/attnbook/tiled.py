@@ -16,7 +16,7 @@ from . import _checks as check
 from .functional import LOW_PRECISION
 from .masks import apply_mask, causal_mask, combine_masks, expand_key_mask
 
-__all__ = ["tiled_attention", "TILE_SCORES"]
+__all__ = ["tiled_attention", "online_softmax_step", "TILE_SCORES"]
 
 # tiled_attention takes as many queries at a time as make a tile of about TILE_SCORES scores
 # (4 MiB in fp32): few Python-level steps, and a tile whose size does not depend on L or S.
@@ -97,16 +97,33 @@ def tiled_attention(
                 causal_mask(L, S, q.device, rows=rows, cols=cols) if in_future else None,  # (Lb, Sb)
             )
             scores = apply_mask(scores, tile_mask)  # -inf where blocked
-            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., Lb, 1)
-            p = (scores - m_new).exp_()  # (..., Lb, Sb), exactly 0 where blocked
-            del scores  # free the tile before the next one is made
-            correction = torch.exp(m - m_new)  # (..., Lb, 1), rescales the old sums
-            l = l * correction + p.sum(dim=-1, keepdim=True)
-            acc = acc * correction + p @ v[..., cols, :]  # (..., Lb, Dv)
-            m = m_new
+            m, l, acc, _ = online_softmax_step(m, l, acc, scores, v[..., cols, :])
         # Rows that attended to nothing have l = 0 and acc = 0: their output stays 0.
         output[..., rows, :] = acc / torch.where(l > 0, l, 1.0)
     return output.to(dtype)
+
+
+def online_softmax_step(m: Tensor, l: Tensor, acc: Tensor, scores: Tensor, values: Tensor
+                        ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Fold one tile of scores into the running maximum ``m``, normaliser ``l`` and weighted sum ``acc``.
+
+    When the tile raises the maximum, the sums so far are rescaled by ``correction = exp(m_old - m_new)``
+    so that every term stays ``exp(score - m)`` for the current ``m``. Blocked keys (score -inf)
+    add exactly 0.
+
+    Returns:
+        (m, l, acc, correction) after the tile.
+
+    Shapes:
+        m, l (..., Lb, 1), acc (..., Lb, Dv), scores (..., Lb, Sb), values (..., Sb, Dv)
+        -> m, l (..., Lb, 1), acc (..., Lb, Dv), correction (..., Lb, 1)
+    """
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., Lb, 1)
+    p = (scores - m_new).exp_()  # (..., Lb, Sb), exactly 0 where blocked
+    correction = torch.exp(m - m_new)  # (..., Lb, 1), rescales the old sums
+    l = l * correction + p.sum(dim=-1, keepdim=True)  # (..., Lb, 1)
+    acc = acc * correction + p @ values  # (..., Lb, Dv)
+    return m_new, l, acc, correction
 
 
 def _block(mask: Tensor | None, rows: slice, cols: slice) -> Tensor | None:

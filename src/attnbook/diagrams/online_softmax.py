@@ -20,8 +20,9 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from ..efficient import tiled_attention
-from ..functional import attention, check_attention_inputs
+from .. import _checks as check
+from ..functional import attention
+from ..tiled import online_softmax_step, tiled_attention
 from .canvas import TENSOR, Canvas, Style, ramp
 from .description import Description
 
@@ -48,7 +49,7 @@ class TileState:
 @torch.no_grad()
 def online_softmax_states(q: Tensor, k: Tensor, v: Tensor, block_size: int, *,
                           scale: float | None = None) -> tuple[list[TileState], Tensor]:
-    """The state of ``tiled_attention``'s online softmax after each tile of ``block_size`` keys
+    """The state of ``tiled_attention``'s online softmax (:func:`attnbook.tiled.online_softmax_step`) after each tile of ``block_size`` keys
     (no mask), and the output ``acc / l``.
 
     Raises an AssertionError unless the output equals ``tiled_attention(q, k, v, scale=scale,
@@ -57,10 +58,8 @@ def online_softmax_states(q: Tensor, k: Tensor, v: Tensor, block_size: int, *,
     Shapes:
         q (..., L, E), k (..., S, E), v (..., S, Ev) -> states, output (..., L, Ev)
     """
-    check_attention_inputs(q, k, v, None, where="online_softmax_states")
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
-        raise ValueError(f"online_softmax_states: `block_size` must be a positive int; got {block_size!r}")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    _, scale = check.attention_call("online_softmax_states", q, k, v, None, None, False, scale, 0.0)
+    check.positive_int("online_softmax_states", "block_size", block_size)
     out_dtype = q.dtype
     if out_dtype in (torch.float16, torch.bfloat16):  # as tiled_attention: accumulate in fp32
         q, k, v = q.float(), k.float(), v.float()
@@ -75,12 +74,7 @@ def online_softmax_states(q: Tensor, k: Tensor, v: Tensor, block_size: int, *,
         cols = slice(j0, min(j0 + block_size, S))
         scores = qs @ k[..., cols, :].transpose(-2, -1)  # (..., L, Sb)
         tile_max = scores.amax(dim=-1, keepdim=True)  # (..., L, 1)
-        m_new = torch.maximum(m, tile_max)  # (..., L, 1)
-        p = (scores - m_new).exp()  # (..., L, Sb)
-        correction = torch.exp(m - m_new)  # (..., L, 1)
-        l = l * correction + p.sum(dim=-1, keepdim=True)
-        acc = acc * correction + p @ v[..., cols, :]  # (..., L, Ev)
-        m = m_new
+        m, l, acc, correction = online_softmax_step(m, l, acc, scores, v[..., cols, :])  # tiled_attention's step
         states.append(TileState(index, range(cols.start, cols.stop), tile_max, m, correction, l, acc))
     output = (acc / l).to(out_dtype)  # (..., L, Ev)
     tiled = tiled_attention(q.to(out_dtype), k.to(out_dtype), v.to(out_dtype), scale=scale, block_size=block_size)
