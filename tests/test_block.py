@@ -190,5 +190,78 @@ def test_bad_arguments_name_themselves():
         TransformerBlock(E, H, causal=False)(x, key_mask=torch.ones(2, 5, dtype=torch.bool))
     with pytest.raises(TypeError, match="`memory`"):
         DecoderBlock(E, H)(x, None)
+    with pytest.raises(ValueError, match="causal=False"):
+        DecoderBlock(E, H, causal=False)
+    with pytest.raises(ValueError, match="`norm`"):
+        DecoderBlock(E, H, norm="sandwich")
     with pytest.raises(ValueError, match="`key_mask`"):
         DecoderBlock(E, H)(x, torch.randn(2, 3, E), memory_key_mask=torch.ones(2, 4, dtype=torch.bool))
+
+
+# ----------------------------------------------------------------------------- the ablation experiments
+from attnbook import ablations  # noqa: E402
+from attnbook.datafiles import DATA_DIR, DataFileError  # noqa: E402
+
+
+def test_lookup_task_targets_are_table_entries_of_each_pair():
+    table = ablations.lookup_table(8)
+    assert table.shape == (8, 8) and torch.equal(table, ablations.lookup_table(8))  # fixed by its seed
+    tokens, targets = ablations.lookup_batch(5, 7, table, torch.Generator().manual_seed(0))
+    assert tokens.shape == (5, 7) and targets.shape == (5, 6)
+    for b in range(5):
+        for t in range(1, 7):
+            assert targets[b, t - 1] == table[tokens[b, t - 1], tokens[b, t]]
+    logits = torch.full((5, 7, 8), -10.0)
+    logits[:, 1:].scatter_(-1, targets[..., None], 10.0)  # a perfect prediction from position 1 on
+    loss, accuracy = ablations.lookup_loss(logits, targets)
+    assert accuracy == 1.0 and loss < 1e-6
+    baseline = ablations.constant_baseline(table, num_sequences=50)
+    _, targets = ablations.lookup_batch(50, 12, table, torch.Generator().manual_seed(ablations.TEST_SEED))
+    assert baseline == pytest.approx(max((targets == v).double().mean().item() for v in range(8)))
+    with pytest.raises(ValueError, match="`table`"):
+        ablations.lookup_batch(2, 5, torch.zeros(3, 4, dtype=torch.long), torch.Generator())
+    with pytest.raises(ValueError, match="`seq_len`"):
+        ablations.lookup_batch(2, 1, table, torch.Generator())
+
+
+@pytest.mark.parametrize("variant", list(ablations.VARIANTS))
+def test_ablation_models_use_the_block_variant(variant):
+    model = ablations.ablation_model(variant, num_layers=2, vocab_size=8, embed_dim=16, num_heads=2, seq_len=6)
+    options = ablations.VARIANTS[variant]
+    for block in model.blocks:
+        assert isinstance(block, TransformerBlock)
+        assert block.residual == options.get("residual", True) and block.norm == options.get("norm", "pre")
+        assert (block.mlp is None) == (options.get("mlp", True) is False)
+    assert isinstance(model.norm, nn.Identity) == (options.get("norm", "pre") is None)
+    tokens = torch.randint(8, (3, 6))
+    assert model(tokens).shape == (3, 6, 8)
+    with pytest.raises(ValueError, match="`variant`"):
+        ablations.ablation_model("no_attention", num_layers=1, vocab_size=8, embed_dim=16, num_heads=2, seq_len=6)
+
+
+def test_ablation_checkpoints_are_verified(tmp_path):
+    with pytest.raises(ValueError, match="`variant`"):
+        ablations.checkpoint_path("mlp", "post_norm", 0)
+    results = ablations.run(["mlp"], seeds=[5], save_seeds=[5], out=tmp_path, steps=2)
+    run = results["runs"]["mlp/full/seed5"]
+    assert 0.0 <= run["accuracy"] <= 1.0 and len(run["loss_every_10"]) == 1
+    model = ablations.load_ablation_model("mlp", "full", seed=5, data_dir=tmp_path)
+    table = ablations.lookup_table(ablations.EXPERIMENTS["mlp"]["vocab_size"])
+    _, accuracy = ablations.evaluate_lookup(model, table)
+    assert accuracy == run["accuracy"]  # the saved (float16) weights give the recorded accuracy
+    path = ablations.checkpoint_path("mlp", "full", 5, tmp_path)
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataFileError, match="digest"):
+        ablations.load_ablation_model("mlp", "full", seed=5, data_dir=tmp_path)
+
+
+@pytest.mark.skipif(not (DATA_DIR / ablations.RESULTS_FILE).exists(), reason="the ablations are not trained yet")
+def test_shipped_ablation_results_cover_every_variant_and_seed():
+    results = ablations.load_results()
+    for experiment, setting in ablations.EXPERIMENTS.items():
+        for variant in setting["variants"]:
+            for seed in (0, 1, 2):
+                assert f"{experiment}/{variant}/seed{seed}" in results["runs"]
+            assert ablations.checkpoint_path(experiment, variant, 0).exists()

@@ -41,6 +41,7 @@ from torch import Tensor, nn
 
 from .block import TransformerBlock
 from .datafiles import DATA_DIR, load_checkpoint_file, load_json_file, record
+from .encoder_decoder import round_to_float16, save_model
 from .transformer import TinyTransformer
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "ablation_model",
     "train_lookup",
     "evaluate_lookup",
+    "constant_baseline",
     "checkpoint_path",
     "load_ablation_model",
     "load_results",
@@ -80,7 +82,7 @@ EXPERIMENTS = {
     "depth": {
         "variants": ("full", "no_residual", "no_norm", "post_norm"),
         "num_layers": 8, "vocab_size": 16, "embed_dim": 32, "num_heads": 4, "seq_len": 12,
-        "steps": 400, "batch_size": 64, "lr": 3e-3,
+        "steps": 400, "batch_size": 64, "lr": 1e-2,
     },
 }
 MODEL_KEYS = ("num_layers", "vocab_size", "embed_dim", "num_heads", "seq_len")
@@ -188,6 +190,18 @@ def evaluate_lookup(model: nn.Module, table: Tensor, *, seq_len: int = 12,
     return loss.item(), accuracy.item()
 
 
+def constant_baseline(table: Tensor, *, seq_len: int = 12, num_sequences: int = TEST_SEQUENCES,
+                      seed: int = TEST_SEED) -> float:
+    """The accuracy of the best constant answer on the test sequences of :func:`evaluate_lookup`:
+    always the target that occurs most often there. A model that ignores its input does no better.
+
+    Shapes:
+        table (V, V) -> a float
+    """
+    _, targets = lookup_batch(num_sequences, seq_len, table, torch.Generator().manual_seed(seed))  # (B, N - 1)
+    return torch.bincount(targets.flatten(), minlength=table.shape[0]).max().item() / targets.numel()
+
+
 def checkpoint_path(experiment: str, variant: str, seed: int, data_dir: str | pathlib.Path = DATA_DIR) -> pathlib.Path:
     """Where the checkpoint of one run lives.
 
@@ -230,10 +244,11 @@ def load_results(data_dir: str | pathlib.Path = DATA_DIR) -> dict:
 
 
 def run(experiments: Sequence[str] = tuple(EXPERIMENTS), seeds: Sequence[int] = (0, 1, 2),
-        save_seeds: Sequence[int] = (0,), out: str | pathlib.Path = DATA_DIR) -> dict:
+        save_seeds: Sequence[int] = (0,), out: str | pathlib.Path = DATA_DIR, steps: int | None = None) -> dict:
     """Train every variant of every experiment with every seed; write the checkpoints of
     ``save_seeds`` and the results JSON into ``out`` and record them in its manifest.
-    An existing results file is updated, so experiments can be run separately.
+    An existing results file is updated, so experiments can be run separately. ``steps``
+    overrides the experiments' numbers of steps (for quick checks; the book's runs use theirs).
 
     Shapes:
         no tensors returned: the results dict
@@ -246,7 +261,7 @@ def run(experiments: Sequence[str] = tuple(EXPERIMENTS), seeds: Sequence[int] = 
     runs: dict[str, dict] = {}
     written = [results_path]
     for experiment in experiments:
-        setting = EXPERIMENTS[experiment]
+        setting = dict(EXPERIMENTS[experiment], **({} if steps is None else {"steps": steps}))
         table = lookup_table(setting["vocab_size"])
         model_args = {k: setting[k] for k in MODEL_KEYS}
         for variant in setting["variants"]:
@@ -257,6 +272,14 @@ def run(experiments: Sequence[str] = tuple(EXPERIMENTS), seeds: Sequence[int] = 
                 losses = train_lookup(model, table, steps=setting["steps"], batch_size=setting["batch_size"],
                                       seq_len=setting["seq_len"], lr=setting["lr"], seed=seed)
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                config = {"experiment": experiment, "variant": variant, "seed": seed, **model_args,
+                          "steps": setting["steps"], "lr": setting["lr"], "batch_size": setting["batch_size"]}
+                if seed in save_seeds:
+                    path = checkpoint_path(experiment, variant, seed, out)
+                    save_model(model, path, config)  # rounds the model to the saved float16 weights
+                    written.append(path)
+                else:
+                    round_to_float16(model)  # every run is measured as it would be shipped
                 loss, accuracy = evaluate_lookup(model, table, seq_len=setting["seq_len"])
                 runs[f"{experiment}/{variant}/seed{seed}"] = {
                     "experiment": experiment, "variant": variant, "seed": seed,
@@ -264,13 +287,6 @@ def run(experiments: Sequence[str] = tuple(EXPERIMENTS), seeds: Sequence[int] = 
                     "train_seconds": round(wall, 1), "train_cpu_seconds": round(cpu, 1),
                     "loss_every_10": [round(x, 4) for x in losses[::10]],
                 }
-                if seed in save_seeds:
-                    path = checkpoint_path(experiment, variant, seed, out)
-                    config = {"experiment": experiment, "variant": variant, "seed": seed, **model_args,
-                              "steps": setting["steps"], "lr": setting["lr"], "batch_size": setting["batch_size"]}
-                    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                    torch.save({"config": config, "state_dict": state}, path)
-                    written.append(path)
                 print(f"{experiment:>6} {variant:>12} seed {seed}: accuracy {accuracy:.3f}, loss {loss:.3f}, "
                       f"{wall:.0f} s ({cpu:.0f} s CPU)", flush=True)
                 results = _update_results(results_path, setup, runs)

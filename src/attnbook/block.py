@@ -181,30 +181,19 @@ class DecoderBlock(TransformerBlock):
     output ``memory`` gives the keys and the values: each target position looks up what it needs
     in the source. ``memory_key_mask`` marks the source's padding, so that no weight lands on it.
 
-    Args: those of :class:`TransformerBlock` (always causal).
+    Args: ``embed_dim``, ``num_heads`` and the keyword options of :class:`TransformerBlock`
+    (``causal`` is always True).
 
     Shapes:
         forward: x (B, L, E), memory (B, S, E), memory_key_mask (B, S)
             -> (B, L, E), self weights (B, H, L, L) or None, cross weights (B, H, L, S) or None
     """
 
-    def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        *,
-        mlp_ratio: int = 4,
-        dropout: float = 0.0,
-        backend: str = "math",
-        max_len: int | None = None,
-        residual: bool = True,
-        norm: str | None = "pre",
-        mlp: bool = True,
-    ) -> None:
-        super().__init__(
-            embed_dim, num_heads, mlp_ratio=mlp_ratio, dropout=dropout, backend=backend, max_len=max_len,
-            causal=True, residual=residual, norm=norm, mlp=mlp,
-        )
+    def __init__(self, embed_dim: int, num_heads: int, **options) -> None:
+        if not options.get("causal", True):
+            raise ValueError("DecoderBlock: the decoder's self-attention is always causal; got causal=False")
+        super().__init__(embed_dim, num_heads, **{**options, "causal": True})
+        dropout, backend = options.get("dropout", 0.0), options.get("backend", "math")
         self.cross_norm = self._new_norm()
         self.cross_attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout, backend=backend)
 

@@ -8,11 +8,13 @@ positions are the fixed sinusoids of :func:`attnbook.positions.sinusoidal_positi
 
 Train and ship the book's dates model from the repository root::
 
-    python -m attnbook.encoder_decoder --steps 3000 --out data
+    python -m attnbook.encoder_decoder --steps 2000 --out data
 
 It writes ``dates_model.pt`` (configuration and state_dict) and ``dates_results.json`` (test
 accuracy per format, training loss, training time) into ``data/`` and records them in the
-manifest (:mod:`attnbook.datafiles`).
+manifest (:mod:`attnbook.datafiles`). With ``--dropout-study`` it trains instead a smaller model
+on a small fixed training set with and without dropout, for several seeds
+(``dates_dropout.json``, ``dates_dropout_p<p>_seed0.pt``).
 
 Shapes:
     B batch, S source length, T target length, E width, H heads, V vocabulary size.
@@ -25,6 +27,7 @@ import argparse
 import json
 import math
 import pathlib
+import statistics
 import time
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -46,7 +49,14 @@ __all__ = [
     "DATES_CONFIG",
     "DATES_CHECKPOINT",
     "DATES_RESULTS",
+    "DROPOUT_STUDY",
+    "DROPOUT_RESULTS",
+    "dropout_pool",
+    "dropout_checkpoint",
+    "run_dropout_study",
+    "load_dropout_results",
     "save_model",
+    "round_to_float16",
     "load_model",
     "load_dates_results",
     "main",
@@ -273,6 +283,15 @@ DATES_CONFIG = {
 DATES_CHECKPOINT = "dates_model.pt"
 DATES_RESULTS = "dates_results.json"
 
+# Dropout earns its place when the training set is small: the same few hundred training dates,
+# seen again and again, with and without dropout.
+DROPOUT_STUDY = {
+    "model": {**DATES_CONFIG, "embed_dim": 32},
+    "pool_size": 300, "pool_seed": 100, "steps": 800, "batch_size": 64, "lr": 2e-3,
+    "dropouts": (0.0, 0.2),
+}
+DROPOUT_RESULTS = "dates_dropout.json"
+
 
 def _sequence_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
     """Mean cross-entropy over every target position. logits (B, T, V), tgt_out (B, T) -> ()."""
@@ -282,15 +301,17 @@ def _sequence_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
 def train_dates(
     model: EncoderDecoder,
     *,
-    steps: int = 3000,
+    steps: int = 2000,
     batch_size: int = 64,
     lr: float = 2e-3,
     warmup: int = 100,
     seed: int = 0,
+    pool: Sequence[dates.DateExample] | None = None,
 ) -> list[float]:
-    """Train ``model`` on fresh training batches of :mod:`attnbook.dates` with AdamW (learning rate
-    warmed up over ``warmup`` steps, then cosine decay to zero) and teacher forcing; return the loss
-    of every step. The batches are drawn from ``seed``.
+    """Train ``model`` with AdamW (learning rate warmed up over ``warmup`` steps, then cosine decay
+    to zero) and teacher forcing; return the loss of every step. Each batch holds fresh training
+    dates of :mod:`attnbook.dates`, or, with ``pool``, examples drawn (with replacement) from that
+    fixed training set. The batches are drawn from ``seed``.
 
     Shapes:
         batches src (batch_size, S), tgt_in and tgt_out (batch_size, 11)
@@ -307,7 +328,10 @@ def train_dates(
     model.train()
     losses = []
     for _ in range(steps):
-        batch = dates.train_batch(batch_size, generator)
+        if pool is None:
+            batch = dates.train_batch(batch_size, generator)
+        else:
+            batch = dates.make_batch([pool[i] for i in torch.randint(len(pool), (batch_size,), generator=generator)])
         loss = _sequence_loss(model(batch.src, batch.src_key_mask, batch.tgt_in), batch.tgt_out)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -331,14 +355,31 @@ def evaluate_dates(model: EncoderDecoder, examples: Sequence[dates.DateExample])
     return [dates.decode(row) for row in tokens]
 
 
-def save_model(model: EncoderDecoder, path: str | pathlib.Path, config: dict) -> None:
-    """Save ``model``'s state_dict and ``config`` (its constructor's arguments and how it was trained).
+def save_model(model: nn.Module, path: str | pathlib.Path, config: dict) -> None:
+    """Save ``model``'s state_dict, in float16 (half the bytes in ``data/``), with ``config`` (its
+    constructor's arguments and how it was trained).
+
+    The model's own weights are rounded to the saved values, so that whatever is measured on it
+    afterwards is what the saved file gives. Loading into a float32 model restores float32 weights
+    holding exactly those values.
 
     Shapes:
         every tensor of the state_dict is saved with its own shape
     """
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    torch.save({"config": dict(config), "state_dict": state}, path)
+    torch.save({"config": dict(config), "state_dict": round_to_float16(model)}, path)
+
+
+def round_to_float16(model: nn.Module) -> dict[str, Tensor]:
+    """Round ``model``'s floating-point weights to float16 values, in place (they keep their dtype),
+    and return its state_dict in float16: what :func:`save_model` writes.
+
+    Shapes:
+        every tensor keeps its shape
+    """
+    state = {k: v.detach().to(torch.float16) if v.is_floating_point() else v.detach().clone()
+             for k, v in model.state_dict().items()}
+    model.load_state_dict(state)  # copies the rounded values back, in the model's own dtype
+    return state
 
 
 def load_model(path: str | pathlib.Path = DATA_DIR / DATES_CHECKPOINT, expected: dict | None = None) -> tuple[EncoderDecoder, dict]:
@@ -364,6 +405,82 @@ def load_dates_results(path: str | pathlib.Path = DATA_DIR / DATES_RESULTS) -> d
     return load_json_file(path)
 
 
+def dropout_pool() -> list[dates.DateExample]:
+    """The fixed small training set of the dropout study (training dates only, every format).
+
+    Shapes:
+        no tensors: ``DROPOUT_STUDY["pool_size"]`` examples
+    """
+    generator = torch.Generator().manual_seed(DROPOUT_STUDY["pool_seed"])
+    return dates.sample_examples(DROPOUT_STUDY["pool_size"], generator, split="train")
+
+
+def dropout_checkpoint(dropout: float, seed: int, data_dir: str | pathlib.Path = DATA_DIR) -> pathlib.Path:
+    """Where the dropout study's model with ``dropout`` trained with ``seed`` is saved.
+
+    Shapes:
+        no tensors (a path)
+    """
+    if dropout not in DROPOUT_STUDY["dropouts"]:
+        raise ValueError(f"dropout_checkpoint: `dropout` must be one of {DROPOUT_STUDY['dropouts']}; got {dropout!r}")
+    return pathlib.Path(data_dir) / f"dates_dropout_p{dropout:.1f}_seed{seed}.pt"
+
+
+def _exact(model: EncoderDecoder, examples: Sequence[dates.DateExample]) -> float:
+    return statistics.fmean(p == e.iso for p, e in zip(evaluate_dates(model, examples), examples))
+
+
+def run_dropout_study(seeds: Sequence[int] = (0, 1, 2), save_seeds: Sequence[int] = (0,),
+                      out: str | pathlib.Path = DATA_DIR) -> dict:
+    """Train the study's model on the small fixed training set with each dropout probability and
+    seed; measure exact match on that training set and on the test set; save the checkpoints of
+    ``save_seeds`` and ``dates_dropout.json`` in ``out``, recorded in its manifest.
+
+    Shapes:
+        no tensors returned: the results dict
+    """
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    study, pool, test = DROPOUT_STUDY, dropout_pool(), dates.test_set()
+    runs, written = {}, []
+    for dropout in study["dropouts"]:
+        for seed in seeds:
+            torch.manual_seed(seed)
+            model = EncoderDecoder(**study["model"], dropout=dropout)
+            start, cpu = time.perf_counter(), time.process_time()
+            losses = train_dates(model, steps=study["steps"], batch_size=study["batch_size"], lr=study["lr"],
+                                 seed=seed, pool=pool)
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+            if seed in save_seeds:
+                path = dropout_checkpoint(dropout, seed, out)
+                save_model(model, path, {**study["model"], "dropout": dropout, "seed": seed, "steps": study["steps"]})
+                written.append(path)
+            else:
+                round_to_float16(model)  # measured as it would be shipped
+            runs[f"p{dropout:.1f}/seed{seed}"] = {
+                "dropout": dropout, "seed": seed, "train_exact": _exact(model, pool), "test_exact": _exact(model, test),
+                "train_seconds": round(seconds, 1), "train_cpu_seconds": round(cpu, 1),
+                "loss_every_10": [round(x, 4) for x in losses[::10]],
+            }
+            run = runs[f"p{dropout:.1f}/seed{seed}"]
+            print(f"dropout {dropout:.1f} seed {seed}: exact match on its {len(pool)} training dates "
+                  f"{run['train_exact']:.3f}, on the test dates {run['test_exact']:.3f}, {cpu:.0f} s CPU", flush=True)
+    results = {"setup": {**study, "test_size": len(test)}, "runs": runs}
+    results_path = out / DROPOUT_RESULTS
+    results_path.write_text(json.dumps(results, indent=1) + "\n")
+    record(written + [results_path], out)
+    return results
+
+
+def load_dropout_results(path: str | pathlib.Path = DATA_DIR / DROPOUT_RESULTS) -> dict:
+    """The results of the dropout study (verified against the manifest).
+
+    Shapes:
+        no tensors
+    """
+    return load_json_file(path)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """The command line: ``python -m attnbook.encoder_decoder --help``.
 
@@ -374,32 +491,39 @@ def main(argv: Sequence[str] | None = None) -> None:
         prog="python -m attnbook.encoder_decoder",
         description="Train the encoder-decoder on the dates task; save its checkpoint and results.",
     )
-    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 gives the same numbers on every machine)")
     parser.add_argument("--out", default=str(DATA_DIR))
+    parser.add_argument("--dropout-study", action="store_true",
+                        help="instead of the book's model, train the dropout study (a small fixed training set)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds of the dropout study")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.dropout_study:
+        run_dropout_study(args.seeds, out=args.out)
+        return
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
     torch.manual_seed(args.seed)
     model = EncoderDecoder(**DATES_CONFIG)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     losses = train_dates(model, steps=args.steps, seed=args.seed)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    config = {**DATES_CONFIG, "steps": args.steps, "seed": args.seed, "batch_size": 64, "lr": 2e-3}
+    checkpoint, results_path = out / DATES_CHECKPOINT, out / DATES_RESULTS
+    save_model(model, checkpoint, config)  # from here on the model holds the saved (rounded) weights
     examples = dates.test_set()
     predicted = evaluate_dates(model, examples)
     per_format: dict[str, list[int]] = {}
     for example, answer in zip(examples, predicted):
         per_format.setdefault(example.format, []).append(int(answer == example.iso))
     exact = sum(sum(v) for v in per_format.values()) / len(examples)
-    config = {**DATES_CONFIG, "steps": args.steps, "seed": args.seed, "batch_size": 64, "lr": 2e-3}
-    checkpoint, results_path = out / DATES_CHECKPOINT, out / DATES_RESULTS
-    save_model(model, checkpoint, config)
     results = {
         "config": config,
         "train_seconds": round(seconds, 1),
+        "train_cpu_seconds": round(cpu, 1),
         "loss_every_10": [round(x, 4) for x in losses[::10]],
         "test_size": len(examples),
         "exact": exact,
