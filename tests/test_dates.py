@@ -130,7 +130,7 @@ def test_batches_pad_and_shift():
 def test_alignment_fractions():
     example = dates.render(datetime.date(1994, 3, 3), "ordinal_of")  # "3rd of March 1994"
     a, b = example.spans["month"]
-    weights = torch.zeros(1, dates.ISO_LENGTH + 1, len(example.text))  # (B, T, S)
+    weights = torch.zeros(1, dates.ISO_LENGTH + 1, len(example.text))  # (B, L, S)
     weights[0, :, 0] = 1.0
     weights[0, 5, a:b] = 1.0 / (b - a)  # the first month digit reads the month name only
     weights[0, 6, a] = 0.25  # the second a quarter of it

@@ -32,11 +32,11 @@ def test_shapes_and_weights():
     model, batch = small_model(), a_batch()
     logits, attentions = model(batch.src, batch.src_key_mask, batch.tgt_in, need_weights=True)
     B, S = batch.src.shape
-    T = batch.tgt_in.shape[1]
-    assert logits.shape == (B, T, V)
+    L = batch.tgt_in.shape[1]
+    assert logits.shape == (B, L, V)
     assert [w.shape for w in attentions.encoder] == [(B, 2, S, S)] * 2
-    assert [w.shape for w in attentions.decoder_self] == [(B, 2, T, T)] * 2
-    assert [w.shape for w in attentions.cross] == [(B, 2, T, S)] * 2
+    assert [w.shape for w in attentions.decoder_self] == [(B, 2, L, L)] * 2
+    assert [w.shape for w in attentions.cross] == [(B, 2, L, S)] * 2
     real = batch.src_key_mask.sum(1).tolist()
     for w in attentions.cross + attentions.encoder:
         for b, n in enumerate(real):

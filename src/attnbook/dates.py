@@ -22,9 +22,9 @@ Tokens are characters: ``PAD`` = 0, ``SOS`` = 1, ``EOS`` = 2, then every charact
 produce (:data:`VOCAB`). Sources and targets share the vocabulary.
 
 Shapes:
-    B batch, S source length (padded), T target length + 1 (ISO date and EOS, or SOS and ISO date).
-    DateBatch.src (B, S), DateBatch.src_key_mask (B, S), DateBatch.tgt_in (B, T),
-    DateBatch.tgt_out (B, T)
+    B batch, S source length (padded), L = 11 target positions (the ISO date and EOS, or SOS and the ISO date).
+    DateBatch.src (B, S), DateBatch.src_key_mask (B, S), DateBatch.tgt_in (B, L),
+    DateBatch.tgt_out (B, L)
 """
 
 from __future__ import annotations
@@ -293,7 +293,7 @@ class DateBatch(NamedTuple):
     input); tgt_out: the ISO characters then EOS (what it must predict at each step).
 
     Shapes:
-        src (B, S), src_key_mask (B, S), tgt_in (B, T), tgt_out (B, T), T = 11
+        src (B, S), src_key_mask (B, S), tgt_in (B, L), tgt_out (B, L), L = 11
     """
 
     src: Tensor
@@ -352,7 +352,7 @@ def alignment(weights: Tensor, examples: Sequence[DateExample], part: str) -> Te
     decoder step that writes the t-th ISO character (row 0 reads SOS and writes the first digit).
 
     Shapes:
-        weights (B, T, S) or (B, H, T, S) with T >= 10 -> (B, n) or (B, H, n), n = the part's length
+        weights (B, L, S) or (B, H, L, S) with L >= 10 -> (B, n) or (B, H, n), n = the part's length
         in the ISO form (4 for the year, 2 for month and day)
     """
     if part not in ISO_SPANS:
@@ -362,7 +362,7 @@ def alignment(weights: Tensor, examples: Sequence[DateExample], part: str) -> Te
             or weights.shape[-2] < ISO_LENGTH:
         got = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
         raise ValueError(
-            f"alignment: `weights` must be (B, T, S) or (B, H, T, S) with B = {B} examples and T >= {ISO_LENGTH}; got {got}"
+            f"alignment: `weights` must be (B, L, S) or (B, H, L, S) with B = {B} examples and L >= {ISO_LENGTH}; got {got}"
         )
     S = weights.shape[-1]
     in_part = torch.zeros(B, S, dtype=torch.bool, device=weights.device)  # (B, S)

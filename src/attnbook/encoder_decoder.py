@@ -17,8 +17,8 @@ on a small fixed training set with and without dropout, for several seeds
 (``dates_dropout.json``, ``dates_dropout_p<p>_seed0.pt``).
 
 Shapes:
-    B batch, S source length, T target length, E width, H heads, V vocabulary size.
-    EncoderDecoder: src (B, S), src_key_mask (B, S), tgt_in (B, T) -> logits (B, T, V)
+    B batch, S source length, L target length, E width, H heads, V vocabulary size.
+    EncoderDecoder: src (B, S), src_key_mask (B, S), tgt_in (B, L) -> logits (B, L, V)
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ __all__ = [
 class Attentions(NamedTuple):
     """Every attention's weights, one (B, H, queries, keys) tensor per layer.
 
-    encoder: (B, H, S, S) per encoder layer; decoder_self: (B, H, T, T) and cross: (B, H, T, S)
+    encoder: (B, H, S, S) per encoder layer; decoder_self: (B, H, L, L) and cross: (B, H, L, S)
     per decoder layer.
     """
 
@@ -93,7 +93,7 @@ class EncoderDecoder(nn.Module):
         backend: "math" (can return weights) or "sdpa".
 
     Shapes:
-        forward: src (B, S), src_key_mask (B, S), tgt_in (B, T) -> logits (B, T, V)
+        forward: src (B, S), src_key_mask (B, S), tgt_in (B, L) -> logits (B, L, V)
     """
 
     def __init__(
@@ -189,8 +189,8 @@ class EncoderDecoder(nn.Module):
         cross-attention; return next-token logits at every target position.
 
         Shapes:
-            tgt_in (B, T), memory (B, S, E), src_key_mask (B, S)
-            -> logits (B, T, V), self weights: layers x (B, H, T, T), cross weights: layers x (B, H, T, S)
+            tgt_in (B, L), memory (B, S, E), src_key_mask (B, S)
+            -> logits (B, L, V), self weights: layers x (B, H, L, L), cross weights: layers x (B, H, L, S)
         """
         where = "EncoderDecoder.decode"
         tgt_in = self._check_tokens(where, "tgt_in", tgt_in)
@@ -200,13 +200,13 @@ class EncoderDecoder(nn.Module):
             raise ValueError(
                 f"{where}: `tgt_in` and `memory` must have the same batch size B; got {_shape(tgt_in)} and {_shape(memory)}"
             )
-        x = self._embed(self.tgt_embedding, tgt_in)  # (B, T, E)
+        x = self._embed(self.tgt_embedding, tgt_in)  # (B, L, E)
         self_weights, cross_weights = [], []
         for block in self.decoder:
-            x, ws, wc = block(x, memory, memory_key_mask=src_key_mask, need_weights=need_weights)  # (B, T, E)
+            x, ws, wc = block(x, memory, memory_key_mask=src_key_mask, need_weights=need_weights)  # (B, L, E)
             self_weights.append(ws)
             cross_weights.append(wc)
-        logits = self.head(self.decoder_norm(x))  # (B, T, V)
+        logits = self.head(self.decoder_norm(x))  # (B, L, V)
         return logits, self_weights, cross_weights
 
     def forward(
@@ -215,9 +215,9 @@ class EncoderDecoder(nn.Module):
         """Teacher forcing: the logits for every target position given the source and the target so far.
 
         Shapes:
-            src (B, S), src_key_mask (B, S), tgt_in (B, T) -> logits (B, T, V)
-            [, Attentions: encoder layers x (B, H, S, S), decoder_self layers x (B, H, T, T),
-            cross layers x (B, H, T, S)]
+            src (B, S), src_key_mask (B, S), tgt_in (B, L) -> logits (B, L, V)
+            [, Attentions: encoder layers x (B, H, S, S), decoder_self layers x (B, H, L, L),
+            cross layers x (B, H, L, S)]
         """
         if not isinstance(need_weights, bool):
             raise TypeError(f"EncoderDecoder.forward: `need_weights` must be a bool; got {need_weights!r}")
@@ -294,7 +294,7 @@ DROPOUT_RESULTS = "dates_dropout.json"
 
 
 def _sequence_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
-    """Mean cross-entropy over every target position. logits (B, T, V), tgt_out (B, T) -> ()."""
+    """Mean cross-entropy over every target position. logits (B, L, V), tgt_out (B, L) -> ()."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1))
 
 
@@ -387,7 +387,7 @@ def load_model(path: str | pathlib.Path = DATA_DIR / DATES_CHECKPOINT, expected:
     (:func:`attnbook.datafiles.load_checkpoint_file`); returns (model in eval mode, config).
 
     Shapes:
-        the model maps src (B, S), src_key_mask (B, S), tgt_in (B, T) -> logits (B, T, V)
+        the model maps src (B, S), src_key_mask (B, S), tgt_in (B, L) -> logits (B, L, V)
     """
     saved = load_checkpoint_file(path, {**DATES_CONFIG, **(expected or {})})
     config = saved["config"]
