@@ -11,8 +11,8 @@ import torch
 from attnbook import dates
 from attnbook.datafiles import DATA_DIR, DataFileError, record
 from attnbook.encoder_decoder import (
-    DATES_CHECKPOINT, DATES_CONFIG, DATES_RESULTS, EncoderDecoder, evaluate_dates, load_dates_results,
-    load_model, save_model,
+    DATES_CHECKPOINT, DATES_CONFIG, DATES_RESULTS, DROPOUT_RESULTS, DROPOUT_STUDY, EncoderDecoder, dropout_checkpoint,
+    dropout_pool, evaluate_dates, load_dates_results, load_dropout_results, load_model, run_dropout_study, save_model,
 )
 
 V = dates.VOCAB_SIZE
@@ -149,6 +149,22 @@ def test_the_shipped_dates_model():
     assert results["config"] == config
     examples = dates.test_set()[::20]  # two of every format
     predicted = evaluate_dates(model, examples)
-    assert predicted == [results["predictions"][i] for i in range(0, len(dates.test_set()), 20)]
+    recorded = [results["predictions"][i] for i in range(0, len(dates.test_set()), 20)]
+    # the same translations as when it was trained (one may flip under another CPU's rounding)
+    assert sum(p == r for p, r in zip(predicted, recorded)) >= len(examples) - 1
     assert sum(p == e.iso for p, e in zip(predicted, examples)) >= 0.9 * len(examples)
     assert (DATA_DIR / DATES_RESULTS).exists()
+
+
+def test_dropout_study_writes_verified_results(tmp_path):
+    results = run_dropout_study(seeds=[4], save_seeds=[4], out=tmp_path, steps=2, test_per_format=1)
+    assert set(results["runs"]) == {f"p{p:.1f}/seed4" for p in DROPOUT_STUDY["dropouts"]}
+    assert results["setup"]["steps"] == 2 and results["setup"]["pool_size"] == len(dropout_pool())
+    assert results["setup"]["test_size"] == len(dates.FORMATS)
+    p = max(DROPOUT_STUDY["dropouts"])
+    model, config = load_model(dropout_checkpoint(p, 4, tmp_path), {**DROPOUT_STUDY["model"], "dropout": p, "seed": 4})
+    assert config["steps"] == 2 and not model.training
+    assert load_dropout_results(tmp_path / DROPOUT_RESULTS)["runs"] == results["runs"]
+    assert all(not dates.is_test_date(e.date) for e in dropout_pool())
+    with pytest.raises(ValueError, match="`dropout`"):
+        dropout_checkpoint(0.5, 0)

@@ -431,17 +431,21 @@ def _exact(model: EncoderDecoder, examples: Sequence[dates.DateExample]) -> floa
 
 
 def run_dropout_study(seeds: Sequence[int] = (0, 1, 2), save_seeds: Sequence[int] = (0,),
-                      out: str | pathlib.Path = DATA_DIR) -> dict:
+                      out: str | pathlib.Path = DATA_DIR, steps: int | None = None,
+                      test_per_format: int = 40) -> dict:
     """Train the study's model on the small fixed training set with each dropout probability and
     seed; measure exact match on that training set and on the test set; save the checkpoints of
-    ``save_seeds`` and ``dates_dropout.json`` in ``out``, recorded in its manifest.
+    ``save_seeds`` and ``dates_dropout.json`` in ``out``, recorded in its manifest. ``steps``
+    overrides the study's number of steps and ``test_per_format`` the size of the test set (for
+    quick checks; the book's runs use the study's steps and the whole test set).
 
     Shapes:
         no tensors returned: the results dict
     """
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    study, pool, test = DROPOUT_STUDY, dropout_pool(), dates.test_set()
+    study = dict(DROPOUT_STUDY, **({} if steps is None else {"steps": steps}))
+    pool, test = dropout_pool(), dates.test_set(per_format=test_per_format)
     runs, written = {}, []
     for dropout in study["dropouts"]:
         for seed in seeds:
