@@ -254,7 +254,8 @@ class PostNormBlock(nn.Module):
 def test_block_flow_reads_the_forward():
     pre = {s.name: s for s in block_flow(TransformerBlock(16, 4), torch.randn(2, 5, 16))}
     assert [n for n, s in pre.items() if s.on_stream] == ["x", "add", "add_1", "output"]
-    assert pre["add"].inputs == ("x", "attn") and pre["norm2"].inputs == ("add",)
+    assert pre["add"].inputs == ("x", "dropout") and pre["dropout"].inputs == ("attn",)
+    assert pre["norm2"].inputs == ("add",)
     post = {s.name: s for s in block_flow(PostNormBlock(8), torch.randn(1, 3, 8))}
     assert post["norm1"].on_stream and not post["attn"].on_stream  # post-norm: the norm is on the stream
     no_residual = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 8))

@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import _checks as check
+from .block import TransformerBlock
 from .kv_cache import KVCache
-from .multihead import CausalSelfAttention
 from .positions import LearnedPositions
 
 __all__ = [
@@ -34,49 +34,6 @@ __all__ = [
     "train_repeat",
     "evaluate_repeat",
 ]
-
-
-class TransformerBlock(nn.Module):
-    """One pre-norm block: causal multi-head self-attention and an MLP, each with a residual.
-
-    Shapes:
-        forward: x (B, L, E) -> (B, L, E), weights (B, H, L, S) or None
-    """
-
-    def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        *,
-        mlp_ratio: int = 4,
-        dropout: float = 0.0,
-        backend: str = "math",
-        max_len: int | None = None,
-    ) -> None:
-        super().__init__()
-        check.positive_int("TransformerBlock", "mlp_ratio", mlp_ratio)
-        self.norm1 = nn.LayerNorm(embed_dim)
-        self.attn = CausalSelfAttention(embed_dim, num_heads, dropout=dropout, backend=backend, max_len=max_len)
-        self.norm2 = nn.LayerNorm(embed_dim)
-        layers = [nn.Linear(embed_dim, mlp_ratio * embed_dim), nn.GELU(), nn.Linear(mlp_ratio * embed_dim, embed_dim)]
-        if dropout > 0:
-            layers.append(nn.Dropout(dropout))
-        self.mlp = nn.Sequential(*layers)
-
-    def forward(
-        self, x: Tensor, *, cache: KVCache | None = None, need_weights: bool = False
-    ) -> tuple[Tensor, Tensor | None]:
-        """x + attention(norm(x)), then x + mlp(norm(x)).
-
-        Shapes:
-            x (B, L, E) -> (B, L, E), weights (B, H, L, S) or None
-        """
-        attended, weights = self.attn(
-            self.norm1(x), cache=cache, need_weights=need_weights, average_attn_weights=False
-        )  # (B, L, E), (B, H, L, S)
-        x = x + attended  # (B, L, E)
-        x = x + self.mlp(self.norm2(x))  # (B, L, E)
-        return x, weights
 
 
 class TinyTransformer(nn.Module):
