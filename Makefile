@@ -8,10 +8,26 @@ BIN := $(abspath $(VENV))/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
-# One thread per kernel: notebooks run two at a time under nbval, and outputs are stored with
-# the same setting they are checked with.
-NB_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0
 NOTEBOOKS = $(shell $(PY) tests/toc_notebooks.py)
+
+# The numeric profile: chapters store their outputs (`make execute`) and are checked (`make nbval`)
+# under these settings, read by PyTorch, oneDNN and MKL when the kernel starts. On x86-64 the
+# vector instructions are capped at AVX2, which every x86-64 CPU of the last decade has, and MKL
+# runs in its conditional-numerical-reproducibility mode, so Intel and AMD, AVX2 and AVX-512
+# machines compute the same bits. One thread: the order of reductions does not depend on the
+# core count (and nbval runs two notebooks at a time on two cores). Elsewhere (e.g. Apple
+# silicon) the caps do not apply; the comparison by meaning (tests/nbval_meaning.py) carries it.
+NUMERIC_PROFILE := PYTHONHASHSEED=0 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+ifeq ($(shell uname -m),x86_64)
+NUMERIC_PROFILE += ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=COMPATIBLE
+endif
+# A stand-in for another machine: PyTorch's portable kernels (no AVX2) and MKL's native code path.
+# `make nbval-runnable` checks the runnable edition under it, so the stored outputs are checked on
+# two numeric paths. Waiting threads sleep instead of spinning (no effect on the numbers).
+OTHER_NUMERIC_PATH := env -u MKL_CBWR -u ONEDNN_MAX_CPU_ISA PYTHONHASHSEED=0 ATEN_CPU_CAPABILITY=default \
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+NBVAL := PYTHONPATH=tests $(PY) -m pytest -q -p no:cacheprovider -p nbval_meaning --nbval \
+	--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env
 
 .PHONY: help venv vendor book test unit nbval build browser serve lab execute execute-all bench clean assignments grade
 .PHONY: runnable runnable-filled nbval-runnable lab-source
@@ -50,10 +66,10 @@ book: venv vendor
 unit: venv
 	$(PY) -m pytest -q -n 2 tests --ignore=tests/browser
 
+# nbval re-executes every chapter under the profile, two notebooks at a time, and compares each
+# output with the stored one by meaning (tests/nbval_meaning.py).
 nbval: venv
-	$(NB_ENV) PYTHONPATH=tests $(PY) -m pytest -q -n 2 --dist loadfile -p no:cacheprovider -p nbval_glue \
-		--nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env \
-		$(NOTEBOOKS)
+	$(NUMERIC_PROFILE) $(NBVAL) -n 2 --dist loadfile $(NOTEBOOKS)
 
 build: venv vendor
 	rm -rf _build/html _build/.doctrees _build/jupyter_execute
@@ -89,11 +105,9 @@ LAB_DIR ?= chapters/workspace
 LAB_ARGS ?=
 FILLED ?= _build/runnable-filled
 # `make nbval-runnable` runs the filled copies (the edition with its exercises answered from the
-# chapters' solutions, stored outputs kept) under nbval: the edition runs top to bottom in a fresh
-# kernel. The same run can check the stored outputs under a second numeric path: set
-# RUNNABLE_NB_ENV to that path's environment and RUNNABLE_NBVAL_ARGS to its options.
-RUNNABLE_NB_ENV ?= $(NB_ENV)
-RUNNABLE_NBVAL_ARGS ?= -n 2 --dist loadfile
+# chapters' solutions, stored outputs kept) under nbval on the other numeric path: the edition runs
+# top to bottom in a fresh kernel, and every stored output is checked a second time, on kernels
+# other than the ones that stored it.
 
 lab: venv
 	$(PY) -m attnbook.runnable lab --dir $(LAB_DIR) -- $(LAB_ARGS)
@@ -108,12 +122,11 @@ runnable-filled: venv
 	$(PY) -m attnbook.runnable fill --out $(FILLED)
 
 nbval-runnable: runnable-filled
-	$(RUNNABLE_NB_ENV) PYTHONPATH=tests $(PY) -m pytest -q $(RUNNABLE_NBVAL_ARGS) -p no:cacheprovider -p nbval_glue \
-		--nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env $(FILLED)/*.ipynb
+	$(OTHER_NUMERIC_PATH) $(NBVAL) -n 2 --dist loadfile $(FILLED)/*.ipynb
 
 execute: venv
 	@test -n "$(NB)" || { echo "usage: make execute NB=chapters/X.ipynb"; exit 2; }
-	$(NB_ENV) $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	$(NUMERIC_PROFILE) $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=900 \
 		--ExecutePreprocessor.kernel_name=python3 $(NB)
 
