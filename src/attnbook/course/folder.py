@@ -14,6 +14,7 @@ Layout (nbgrader's, plus three files of the book's)::
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import pathlib
@@ -153,7 +154,12 @@ def source_cells(root: pathlib.Path, assignment: str, notebook: str) -> dict[str
     """grade id -> the instructor's source, locked flag, tags and whether it is a test cell, from
     ``source/``, in the notebook's order."""
     path = pathlib.Path(root) / "source" / assignment / f"{notebook}.ipynb"
-    nb = nbformat.read(str(path), as_version=4)
+    return _source_cells(str(path), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _source_cells(path: str, mtime: int) -> dict[str, dict]:
+    nb = nbformat.read(path, as_version=4)
     cells = {}
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})

@@ -6,8 +6,9 @@
 2. One sandbox per student (:func:`attnbook.grading.submission.grade_in_sandbox`), several students
    at a time in worker processes, computes the verdicts of that student's submissions (the
    comparisons run in the worker, outside the sandbox); they are cached by content.
-3. As each student finishes, nbgrader's own ``autograde`` records them (its ``SandboxedGrading``
-   step finds the cached verdicts) and ``generate_feedback`` writes the feedback pages.
+3. The same worker then has nbgrader's own ``autograde`` record them (its ``SandboxedGrading``
+   step finds the cached verdicts) and ``generate_feedback`` write the feedback pages; workers
+   that meet the gradebook locked by another retry.
 4. ``grades.csv`` lists every student of the roster (``students.csv``, or the folders in
    ``submitted/``) for every released assignment, with a status: ``graded``, ``missing`` (no
    submission) or ``error`` (it could not be graded: why is in ``note``). ``summary.txt`` lists what
@@ -58,6 +59,18 @@ def _ensure_timestamp(folder: pathlib.Path) -> None:
         when = max(p.stat().st_mtime for p in notebooks)
         stamp.write_text(datetime.datetime.fromtimestamp(when, datetime.timezone.utc)
                          .strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+
+
+def _grade_student(root, student, assignments, feedback) -> dict[str, dict]:
+    """Verdicts of one student's submissions, then nbgrader's records: assignment -> state entry."""
+    problems, stopped = _prepare_student(root, student, assignments)
+    nbgrader = api(root)
+    entries = {}
+    for assignment in assignments:
+        entries[assignment] = _record(nbgrader, root, student, assignment, feedback,
+                                      problems.get(assignment) or problems.get("*"))
+        entries[assignment]["stopped"] = stopped.get(assignment, [])
+    return entries
 
 
 def _prepare_student(root, student, assignments):
@@ -126,25 +139,23 @@ def grade(root: pathlib.Path = DEFAULT_ROOT, *, students: list[str] | None = Non
         if force or state.get(f"{student}/{assignment}", {}).get("fingerprint") != fingerprint:
             todo.setdefault(student, []).append(assignment)
             state[f"{student}/{assignment}"] = {"fingerprint": fingerprint}
-    nbgrader = api(root)
     count = sum(len(a) for a in todo.values())
     print(f"grading {count} new or changed submissions of {len(todo)} students")
-    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked threads or locks
+    # Workers forked before any nbgrader work here inherit the imported torch (no second import).
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 2, mp_context=context) as pool:
-        futures = {pool.submit(_prepare_student, root, s, a): s for s, a in todo.items()}
+        futures = {pool.submit(_grade_student, root, s, a, feedback): s for s, a in todo.items()}
         for future in as_completed(futures):
             student = futures[future]
             try:
-                problems, stopped = future.result()
+                entries = future.result()
             except SandboxUnavailable as exc:
                 raise SystemExit(f"Not grading: {exc}") from None
             except Exception:
-                problems, stopped = {"*": traceback.format_exc(limit=3)}, {}
-            for assignment in todo[student]:
-                entry = state[f"{student}/{assignment}"]
-                entry.update(_record(nbgrader, root, student, assignment, feedback,
-                                     problems.get(assignment) or problems.get("*")))
-                entry["stopped"] = stopped.get(assignment, [])
+                note = traceback.format_exc(limit=3)
+                entries = {a: {"status": "error", "note": note, "stopped": []} for a in todo[student]}
+            for assignment, entry in entries.items():
+                state[f"{student}/{assignment}"].update(entry)
                 print(f"graded {student}/{assignment}: {entry['status']}")
             save_state(root, state)
     csv_path = export_csv(root, state)
@@ -161,12 +172,22 @@ def _record(nbgrader, root, student, assignment, feedback, problem) -> dict:
         return _autograde(nbgrader, root, student, assignment, feedback)
 
 
+def _retrying(call, what: str) -> str | None:
+    """Run an NbGraderAPI call; retry while another worker holds the gradebook's lock."""
+    for attempt in range(8):
+        error = nbgrader_failed(call(), what)
+        if error is None or "database is locked" not in error:
+            return error
+        time.sleep(0.2 * (attempt + 1))
+    return error
+
+
 def _autograde(nbgrader, root, student, assignment, feedback) -> dict:
-    error = nbgrader_failed(nbgrader.autograde(assignment, student, force=True), "autograde")
+    error = _retrying(lambda: nbgrader.autograde(assignment, student, force=True), "autograde")
     if error:
         return {"status": "error", "note": error.splitlines()[-1][:300]}
     if feedback:
-        error = nbgrader_failed(nbgrader.generate_feedback(assignment, student, force=True), "generate_feedback")
+        error = _retrying(lambda: nbgrader.generate_feedback(assignment, student, force=True), "generate_feedback")
         if error:
             return {"status": "graded", "note": "no feedback page: " + error.splitlines()[-1][:200]}
     return {"status": "graded", "note": ""}

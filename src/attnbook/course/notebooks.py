@@ -153,6 +153,7 @@ def student_exercise_cells(notebook) -> list[nbformat.NotebookNode]:
     for preprocessor in (LockCells(), ClearSolutions(), ClearHiddenTests(), ClearMarkScheme(), ClearOutput()):
         nb, resources = preprocessor.preprocess(nb, resources)
     for cell in nb.cells:
+        cell.metadata.pop("mystnb", None)  # the website's "Show the solution" toggle
         tags = [t for t in cell.metadata.get("tags", []) if t != "hide-input"]  # nothing left to hide
         if tags:
             cell.metadata["tags"] = tags

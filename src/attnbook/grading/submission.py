@@ -216,7 +216,14 @@ class Submission:
                     n = counts[(c.exercise_id, c.part)] = counts.get((c.exercise_id, c.part), 0) + 1
                     c = CheckCall(c.exercise_id, c.fn, c.part, student_seed(secret, student, assignment, c, n), True)
                 self.checks.append((grade_id, c))
-        self.pending = [PendingPart(c.exercise_id, c.part, c.seed) for _, c in self.checks]
+        self._pending: list[PendingPart] | None = None
+
+    @property
+    def pending(self) -> list[PendingPart]:
+        """One part per check, its inputs built (made when first needed: a cached verdict needs none)."""
+        if self._pending is None:
+            self._pending = [PendingPart(c.exercise_id, c.part, c.seed) for _, c in self.checks]
+        return self._pending
 
     def blocks(self) -> list[str]:
         names = []
