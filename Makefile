@@ -30,7 +30,7 @@ NBVAL := PYTHONPATH=tests $(PY) -m pytest -q -p no:cacheprovider -p nbval_meanin
 	--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env
 
 .PHONY: help venv vendor book test unit nbval build browser serve lab execute execute-all bench clean assignments grade
-.PHONY: runnable runnable-filled nbval-runnable lab-source
+.PHONY: runnable runnable-filled nbval-runnable lab-source grade-bench
 
 help:
 	@echo "make book   - create .venv, install everything, build the website into _build/html"
@@ -41,8 +41,10 @@ help:
 	@echo "make lab-source - JupyterLab on the source chapters (for authors)"
 	@echo "make runnable - regenerate the runnable edition (chapters/runnable/) after changing a chapter"
 	@echo "make execute NB=chapters/X.ipynb - re-run one chapter top to bottom and store its outputs"
-	@echo "make assignments - nbgrader course in $(COURSE): student versions of every chapter in release/"
-	@echo "make grade  - autograde $(COURSE)/submitted/<student>/<chapter>/, scores in $(COURSE)/grades.csv"
+	@echo "make assignments - nbgrader course in $(COURSE): each chapter's exercise notebook in release/"
+	@echo "make grade  - grade new or changed $(COURSE)/submitted/<student>/<chapter>/ (sandboxed), grades.csv"
+	@echo "             STUDENT=id or CHAPTER=name for one student or one chapter, FORCE=1 to regrade"
+	@echo "make grade-bench - time the grading of a simulated class (100 students x every chapter)"
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -137,10 +139,17 @@ clean:
 	rm -rf _build _vendor
 
 # Classroom exercises (nbgrader). nbgrader runs `alembic`, found through the PATH exported above.
+# Grading runs each student's code in a bubblewrap sandbox (Debian's `bubblewrap`; .ci/run installs it).
 COURSE ?= _build/course
+EXCHANGE ?= $(dir $(COURSE))exchange
 
 assignments: venv
-	$(PY) -m attnbook.course assignments --root $(COURSE)
+	$(PY) -m attnbook.course assignments --root $(COURSE) --exchange $(EXCHANGE)
 
 grade: venv
-	$(PY) -m attnbook.course grade --root $(COURSE)
+	$(PY) -m attnbook.course grade --root $(COURSE) $(if $(STUDENT),--student $(STUDENT)) \
+		$(if $(CHAPTER),--assignment $(CHAPTER)) $(if $(FORCE),--force)
+
+# Not part of `make test` (about ten minutes): 100 simulated students x every chapter.
+grade-bench: venv
+	$(PY) -m attnbook.course.bench --students $(or $(STUDENTS),100)

@@ -590,3 +590,75 @@ def test_package_multi_head_module_passes():
     assert check("merge_heads", merge_heads).passed
     feedback = check("multi_head_forward", MultiHeadAttention)
     assert feedback.passed, str(feedback)
+
+
+# ----------------------------------------------------------------------------------------------
+# The package's layout and what it keeps out of readable form
+# ----------------------------------------------------------------------------------------------
+
+def test_exercises_live_in_chapter_modules_in_book_order_with_named_parts():
+    from attnbook.course import toc_chapters
+
+    chapters = [f"ch{c.stem}" for c in toc_chapters()]
+    modules = [grading.EXERCISES[e].chapter for e in grading.exercise_ids()]
+    assert all(m in chapters for m in modules), modules
+    assert modules == sorted(modules, key=chapters.index) and modules[0] == "ch00_attention_at_a_glance"
+    names = [func.__name__ for e in grading.exercise_ids() for func in grading.EXERCISES[e].parts.values()]
+    assert len(set(names)) == len(names) and "_" not in names
+
+
+def test_blocked_names_exist():
+    """Every name an exercise blocks resolves, so a renamed function cannot slip through."""
+    from attnbook.grading.runner import _resolve
+
+    for exercise_id in grading.exercise_ids():
+        for name in grading.EXERCISES[exercise_id].blocks:
+            assert _resolve(name) is not None, name
+
+
+def test_every_part_with_inputs_draws_them_from_its_seed():
+    """A hidden test (another seed) gets other inputs, so answers tabled for the visible ones fail."""
+    from attnbook.grading.harness import PendingPart
+    from attnbook.grading.wire import dumps
+
+    for exercise_id in grading.exercise_ids():
+        for part in grading.parts(exercise_id):
+            specs = [PendingPart(exercise_id, part, seed).specs for seed in (0, 2)]
+            if all(s["op"] == "answer" for s in specs[0]):
+                continue
+            assert dumps(specs[0]) != dumps(specs[1]), f"{exercise_id}/{part} ignores its seed"
+
+
+def test_fixed_answers_are_sealed():
+    from attnbook.grading import sealed
+
+    source = "".join(p.read_text() for p in pathlib.Path(grading.__file__).parent.glob("*.py"))
+    for readable in ("'square': 'AC'", "square=AC", "hides the diagonal", "'bilinear' can"):
+        assert readable not in source
+    token = sealed.seal("x", "key", "a note")
+    assert sealed.unseal("x", "key", token) == "a note" and sealed.unseal("x", "other", token) is None
+    assert check("pick_causal_mask", {"square": "CA", "cache": "c"}).passed
+
+
+def test_results_cross_as_plain_data_under_a_cap():
+    import numpy as np
+
+    from attnbook.grading import wire
+
+    value = (torch.ones(2, 3).t(), {"a": [1, 2.5, None, "s"]}, {"x"}, torch.float16)
+    back = wire.decode(wire.loads(wire.dumps(wire.encode(value))))
+    assert torch.equal(back[0], value[0]) and back[0].stride() == value[0].stride()
+    assert back[1:] == value[1:]
+    assert wire.decode(wire.encode(np.zeros(3))).kind == "numpy.ndarray"
+    with pytest.raises(ValueError, match="more than"):
+        wire.loads(wire.dumps(wire.encode(torch.zeros(1000))), limit=1000)
+    with pytest.raises(ValueError):
+        wire.decode({"$": "pickle", "v": b"cos\nsystem\n"})
+
+
+def test_feedback_is_displayed_not_returned_as_a_cell_result():
+    """nbgrader reads a test cell's result as a partial score: a passing check leaves none."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    assert shell.display_formatter.format(Feedback("x", 1, 1)) == ({}, {})

@@ -1,0 +1,189 @@
+"""Chapter 0, attention at a glance: a masked softmax, scaled dot-product attention, and the
+shapes of its weights and output."""
+
+from __future__ import annotations
+
+from torch import Tensor
+import torch
+
+from ..functional import attention, masked_softmax
+from ..masks import padding_mask
+from .compare import Wrong, compare, matmul_hint, same
+from .harness import call, exercise, part
+from .mistakes import rows_hint, sdpa_variants, softmax_variants
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 0.1: masked_softmax
+# ------------------------------------------------------------------------------------------------
+
+MASKED_SOFTMAX = exercise(
+    "masked_softmax",
+    "fn(scores (..., S) float, mask (..., S) bool, True = may attend) -> weights (..., S): a softmax "
+    "over the last dim with masked positions at exactly 0; a row with every key masked is all zeros "
+    "(never NaN); keeps the dtype (float16 too).",
+    blocks=["attnbook.functional.masked_softmax"])
+
+
+def softmax_case(scores: Tensor, mask: Tensor):
+    weights = yield call(scores, mask)
+    compare(weights, masked_softmax(scores, mask), "weights", softmax_variants(scores, mask),
+            extra=lambda w: rows_hint(w, mask))
+
+
+@part(MASKED_SOFTMAX, "values")
+def masked_softmax_values(case):
+    scores = case.randn(2, 4, 6)
+    yield from softmax_case(scores, case.mask(2, 4, 6))
+
+
+@part(MASKED_SOFTMAX, "fully_masked")
+def masked_softmax_fully_masked(case):
+    scores = case.randn(2, 3, 5)
+    yield from softmax_case(scores, case.mask(2, 3, 5, fully_masked_rows=2))
+
+
+@part(MASKED_SOFTMAX, "broadcast")
+def masked_softmax_broadcast(case):
+    scores = case.randn(3, 4, 7)  # (B, L, S)
+    lengths = [7, 3, 5] if case.seed == 0 else [case.randint(1, 7) for _ in range(3)]
+    yield from softmax_case(scores, padding_mask(lengths, max_len=7)[:, None, :])  # mask (B, 1, S)
+
+
+@part(MASKED_SOFTMAX, "fp16")
+def masked_softmax_fp16(case):
+    scores = case.randn(2, 3, 6, dtype=torch.float16)
+    yield from softmax_case(scores, case.mask(2, 3, 6))
+
+
+@part(MASKED_SOFTMAX, "large_scores")
+def masked_softmax_large_scores(case):
+    scores = case.randn(2, 3, 6) * 1e3 - 5e4  # every real score far below -1e4
+    yield from softmax_case(scores, case.mask(2, 3, 6))
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 0.2: scaled_dot_product_attention
+# ------------------------------------------------------------------------------------------------
+
+SDPA = exercise(
+    "scaled_dot_product_attention",
+    "fn(q (..., L, E), k (..., S, E), v (..., S, Ev), mask=None (bool, broadcastable to (..., L, S), "
+    "True = may attend)) -> output (..., L, Ev) = softmax(q kᵀ / √E) v; a query whose keys are all "
+    "masked gets a zero output; keeps the dtype.",
+    blocks=["attnbook.functional.attention", "attnbook.efficient.tiled_attention",
+            "torch.nn.functional.scaled_dot_product_attention"])
+
+
+def sdpa_case(q, k, v, mask, pass_mask=True):
+    ref = attention(q, k, v, mask)[0]
+    out = yield call(q, k, v, *((mask,) if pass_mask else ()), hints=matmul_hint)
+    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Tensor) and same(out[0], ref):
+        raise Wrong("Your function returned a tuple (output, weights); return only the output.")
+    compare(out, ref, "output", sdpa_variants(q, k, v, mask))
+
+
+@part(SDPA, "no_mask")
+def sdpa_no_mask(case):
+    q, k, v = case.randn(2, 3, 8), case.randn(2, 5, 8), case.randn(2, 5, 4)
+    yield from sdpa_case(q, k, v, None, pass_mask=False)
+
+
+@part(SDPA, "mask")
+def sdpa_mask(case):
+    q, k, v = case.randn(2, 4, 8), case.randn(2, 6, 8), case.randn(2, 6, 3)
+    yield from sdpa_case(q, k, v, case.mask(2, 4, 6))
+
+
+@part(SDPA, "fully_masked")
+def sdpa_fully_masked(case):
+    q, k, v = case.randn(2, 4, 8), case.randn(2, 5, 8), case.randn(2, 5, 3)
+    yield from sdpa_case(q, k, v, case.mask(2, 4, 5, fully_masked_rows=2))
+
+
+@part(SDPA, "heads")
+def sdpa_heads(case):
+    q, k, v = case.randn(2, 3, 4, 8), case.randn(2, 3, 6, 8), case.randn(2, 3, 6, 5)  # (B, H, ., .)
+    lengths = [6, 4] if case.seed == 0 else [case.randint(1, 6), case.randint(1, 6)]
+    mask = padding_mask(lengths, max_len=6)[:, None, None, :]  # (B, 1, 1, S)
+    yield from sdpa_case(q, k, v, mask)
+
+
+@part(SDPA, "fp16")
+def sdpa_fp16(case):
+    q, k, v = (case.randn(2, 3, 8, dtype=torch.float16), case.randn(2, 5, 8, dtype=torch.float16),
+               case.randn(2, 5, 4, dtype=torch.float16))
+    yield from sdpa_case(q, k, v, case.mask(2, 3, 5))
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 0.3: weights_shape (prediction)
+# ------------------------------------------------------------------------------------------------
+
+WEIGHTS_SHAPE = exercise(
+    "weights_shape",
+    "fn(B, H, L, S, E, Ev) -> (weights_shape, output_shape), two tuples of ints: the shapes of the "
+    "weights and of the output of attention(q, k, v) for q (B, H, L, E), k (B, H, S, E), "
+    "v (B, H, S, Ev).")
+
+PUBLIC_SHAPES = [(2, 4, 3, 5, 8, 6), (1, 2, 7, 3, 4, 10), (3, 1, 1, 9, 2, 2)]
+
+
+def shape_cases(case) -> list[tuple[int, ...]]:
+    """The visible sizes, or three random ones in which L != S and E != Ev."""
+    if case.seed == 0:
+        return PUBLIC_SHAPES
+    cases = []
+    while len(cases) < 3:
+        B, H, L, S, E, Ev = (case.randint(1, 4), case.randint(1, 6), case.randint(1, 9),
+                             case.randint(1, 9), case.randint(2, 12), case.randint(2, 12))
+        if L != S and E != Ev and len({B, H, L, S}) == 4:
+            cases.append((B, H, L, S, E, Ev))
+    return cases
+
+
+def _as_shape(x) -> tuple | None:
+    try:
+        return tuple(int(i) for i in x)
+    except Exception:
+        return None
+
+
+def shapes_check(which: int, case):
+    sizes = shape_cases(case)
+    answers = yield [call(*s) for s in sizes]
+    for (B, H, L, S, E, Ev), ans in zip(sizes, answers):
+        if not (isinstance(ans, (tuple, list)) and len(ans) == 2):
+            raise Wrong(f"For {dict(zip('B H L S E Ev'.split(), (B, H, L, S, E, Ev)))} your function "
+                        f"returned {ans!r:.80}; it should return two shapes: (weights_shape, output_shape).")
+        q, k, v = torch.zeros(B, H, L, E), torch.zeros(B, H, S, E), torch.zeros(B, H, S, Ev)
+        out, weights = attention(q, k, v)
+        ref = tuple(weights.shape) if which == 0 else tuple(out.shape)
+        got = _as_shape(ans[which])
+        if got == ref:
+            continue
+        named = {
+            (B, H, S, L): "rows are queries and columns are keys: the weights are (B, H, L, S), not (B, H, S, L).",
+            (B, L, S): "you forgot the heads: every head has its own weights, (B, H, L, S).",
+            (B, H, L, L): "the weights have one column per KEY, and there are S keys (L is the number of queries).",
+            (B, H, S, S): "the weights have one row per QUERY, and there are L queries.",
+            (B, H, L, E): "the weights compare queries with keys; their last size is the number of keys S, not the width E.",
+            (B, H, S, Ev): "the output has one row per query (L rows), not one per key.",
+            (B, L, H * Ev): "attention itself keeps the heads apart, (B, H, L, Ev); merging them is a later step.",
+        }
+        if which == 1:
+            named[(B, H, L, E)] = "the output is a weighted average of the VALUES, so its width is Ev, not E."
+            named[(B, H, L, S)] = "that is the shape of the weights; the output is weights @ v."
+        note = named.get(got)
+        raise Wrong(f"For B={B}, H={H}, L={L}, S={S}, E={E}, Ev={Ev} you gave the "
+                    f"{'weights' if which == 0 else 'output'} shape {got}; expected {ref}."
+                    + (f" Mistake: {note}" if note else ""))
+
+
+@part(WEIGHTS_SHAPE, "weights")
+def weights_shape_weights(case):
+    yield from shapes_check(0, case)
+
+
+@part(WEIGHTS_SHAPE, "output")
+def weights_shape_output(case):
+    yield from shapes_check(1, case)

@@ -1,0 +1,104 @@
+"""Chapter 4, the bilinear score: q W kᵀ, and the weight that makes it the scaled dot score."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ..scores import BilinearScore, ScaledDotScore
+from .compare import Wrong, compare, matmul_hint, same
+from .harness import call, exercise, part
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 4.1: bilinear_score
+# ------------------------------------------------------------------------------------------------
+
+BILINEAR = exercise(
+    "bilinear_score",
+    "fn(queries (B, L, Dq), weight (Dq, Dk), keys (B, S, Dk)) -> scores (B, L, S), scores[b, i, j] = "
+    "queries[b, i] @ weight @ keys[b, j] (Luong's 'general' score, as attnbook.scores.BilinearScore).",
+    blocks=["attnbook.scores.BilinearScore"])
+
+
+def bilinear_ref(queries, weight, keys):
+    score = BilinearScore(weight.shape[0], weight.shape[1])
+    with torch.no_grad():
+        score.weight.copy_(weight)
+        return score(queries, keys)  # (B, L, S)
+
+
+def _linear_hint(err):
+    if err.is_a("TypeError"):
+        return ("If `weight` were an nn.Linear you would call it, `w(x)`; here it is a plain (Dq, Dk) "
+                "tensor: `queries @ weight @ keys.transpose(1, 2)`.")
+    return matmul_hint(err)
+
+
+def bilinear_case(queries, weight, keys):
+    ref = bilinear_ref(queries, weight, keys)
+    out = yield call(queries, weight, keys, hints=_linear_hint)
+    compare(out, ref, "scores", [
+        ("You used the transposed weight: the score is q W kᵀ with W of shape (Dq, Dk), so "
+         "`queries @ weight @ keys.transpose(1, 2)`.", lambda: queries @ weight.T @ keys.transpose(1, 2)),
+        ("You scaled the bilinear score; this exercise asks for the plain q W kᵀ.",
+         lambda: ref / math.sqrt(keys.shape[-1])),
+        ("You returned the scores key-by-query (B, S, L): the rows must be the queries.",
+         lambda: ref.transpose(1, 2)),
+        ("You applied a softmax: this function returns the raw scores.", lambda: torch.softmax(ref, -1)),
+        ("You dropped the weight: that is the dot score q kᵀ.", lambda: queries @ keys.transpose(1, 2)),
+    ])
+
+
+@part(BILINEAR, "values")
+def bilinear_values(case):
+    yield from bilinear_case(case.randn(2, 3, 4), case.randn(4, 6), case.randn(2, 5, 6))
+
+
+@part(BILINEAR, "square")
+def bilinear_square(case):
+    yield from bilinear_case(case.randn(2, 4, 5), case.randn(5, 5), case.randn(2, 6, 5))
+
+
+@part(BILINEAR, "batch")
+def bilinear_batch(case):
+    yield from bilinear_case(case.randn(4, 1, 3), case.randn(3, 2), case.randn(4, 7, 2))
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 4.2: bilinear_equals_dot (derivation)
+# ------------------------------------------------------------------------------------------------
+
+EQUALS_DOT = exercise(
+    "bilinear_equals_dot",
+    "fn(D) -> weight (D, D) float32 such that the bilinear score q W kᵀ equals the scaled dot score "
+    "q kᵀ / √D for every q and k.")
+
+
+@part(EQUALS_DOT, "values")
+def equals_dot_values(case):
+    widths = (4, 9) if case.seed == 0 else (case.randint(2, 40), case.randint(2, 40))
+    weights = yield [call(D) for D in widths]
+    for D, out in zip(widths, weights):
+        if isinstance(out, Tensor) and out.dtype != torch.float32 and out.dtype.is_floating_point:
+            out = out.float()
+        compare(out, torch.eye(D) / math.sqrt(D), f"weight for D={D}", [
+            ("The identity gives the UNSCALED dot score q kᵀ; the scaled one needs I / √D.",
+             lambda: torch.eye(D)),
+            ("I / D scales by 1/D; the scaled dot score divides by √D: I / √D.", lambda: torch.eye(D) / D),
+            ("A matrix of ones adds up every pair q_a k_b; the dot product only pairs equal indices: "
+             "use a (scaled) identity.", lambda: torch.ones(D, D) / math.sqrt(D)),
+        ])
+
+
+@part(EQUALS_DOT, "check")
+def equals_dot_check(case):
+    D = case.size(6, 2, 40)
+    q, k = case.randn(2, 3, D), case.randn(2, 4, D)
+    W = yield call(D)
+    if not isinstance(W, Tensor) or tuple(W.shape) != (D, D):
+        raise Wrong(f"For D={D} expected a (D, D) tensor; got {getattr(W, 'shape', type(W).__name__)}.")
+    if not same(bilinear_ref(q, W.float(), k), ScaledDotScore()(q, k)):
+        raise Wrong("With your weight the bilinear score differs from the scaled dot score on random "
+                    "queries and keys.")

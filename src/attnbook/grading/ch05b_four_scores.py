@@ -1,0 +1,128 @@
+"""Chapter 5b, four scores side by side: what each score costs in parameters, and which accept
+queries and keys of different widths."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ..scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
+from .compare import Wrong, check_number
+from .harness import answer, call, exercise, part
+from .sealed import Sealed
+
+SCORE_CLASSES = ["attnbook.scores.DotScore", "attnbook.scores.ScaledDotScore",
+                 "attnbook.scores.BilinearScore", "attnbook.scores.AdditiveScore"]
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 5b.1: score_parameter_count (derivation)
+# ------------------------------------------------------------------------------------------------
+
+PARAMETERS = exercise(
+    "score_parameter_count",
+    "fn(Dq, Dk, Dh) -> dict {'dot': int, 'scaled_dot': int, 'bilinear': int, 'additive': int}: the "
+    "number of learned parameters of each score as the package defines it (AdditiveScore: W_q "
+    "without bias, W_k with bias, v).",
+    blocks=SCORE_CLASSES)
+
+
+def count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def widths(case, public: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    if case.seed == 0:
+        return public
+    return [(case.randint(2, 30), case.randint(2, 30), case.randint(2, 30)) for _ in public]
+
+
+def counts(case, public, names):
+    """Call the student's function on each size; return [((Dq, Dk, Dh), their dict)] once each
+    dict has the keys ``names``."""
+    sizes = widths(case, public)
+    answers = yield [call(*s) for s in sizes]
+    for ans in answers:
+        if not isinstance(ans, dict) or not all(name in ans for name in names):
+            raise Wrong(f"Your function returned {ans!r:.80}; expected a dict with the keys 'dot', "
+                        "'scaled_dot', 'bilinear', 'additive'.")
+    return list(zip(sizes, answers))
+
+
+@part(PARAMETERS, "dot")
+def parameters_dot(case):
+    for _, got in (yield from counts(case, [(4, 4, 3)], ["dot", "scaled_dot"])):
+        for name, cls in (("dot", DotScore), ("scaled_dot", ScaledDotScore)):
+            check_number(got[name], count(cls()), f"{name!r}", [
+                ("The dot score has no weights at all; and the scale 1/√E is a fixed number, not learned.", 1),
+            ])
+
+
+@part(PARAMETERS, "bilinear")
+def parameters_bilinear(case):
+    for (Dq, Dk, Dh), got in (yield from counts(case, [(4, 6, 3), (5, 5, 2)], ["bilinear"])):
+        check_number(got["bilinear"], count(BilinearScore(Dq, Dk)), f"'bilinear' with Dq={Dq}, Dk={Dk}", [
+            ("W has shape (Dq, Dk): Dq·Dk entries, not Dq + Dk.", Dq + Dk),
+            ("W has shape (Dq, Dk): it does not depend on Dh.", Dq * Dh),
+        ])
+
+
+@part(PARAMETERS, "additive")
+def parameters_additive(case):
+    for (Dq, Dk, Dh), got in (yield from counts(case, [(4, 6, 3), (2, 2, 5)], ["additive"])):
+        ref = count(AdditiveScore(Dq, Dk, Dh))
+        check_number(got["additive"], ref, f"'additive' with Dq={Dq}, Dk={Dk}, Dh={Dh}", [
+            ("You forgot the bias of W_k (Dh numbers).", ref - Dh),
+            ("You forgot v (Dh numbers).", ref - Dh),
+            ("You forgot both the bias and v.", ref - 2 * Dh),
+            ("You counted a bias for W_q too; the package has only one (in W_k).", ref + Dh),
+        ])
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 5b.2: score_widths (prediction; the answers are sealed)
+# ------------------------------------------------------------------------------------------------
+
+WIDTHS = exercise(
+    "score_widths",
+    "answer: the set of score names among {'dot', 'scaled_dot', 'bilinear', 'additive'} that accept "
+    "queries and keys of different widths (Dq != Dk); part 'can' checks none is missing, part 'cannot' "
+    "that none is wrongly included.")
+
+NAMES = ("dot", "scaled_dot", "bilinear", "additive")
+
+# "+name": a wrong name, chosen; "-name": a right name, left out (python -m attnbook.grading.sealed).
+WIDTH_NOTES = Sealed("score_widths", {
+    "a3be05554398e61c2faf42e9c4ba69a3": "OLmikCAavE4ZqwUEx8Rn1pbzvMZdrVVIgGbbDuZHSqh6HlmdyRJUbKRFVmfb8Whm3JOPXJ8bB0bAaqCiMsJHDp1ER2KLZpRMle/NEP03SYA+gNxJ/71Q0m4UHgUskbhDsz17qp9skf1kCO74avtL9XZUHQ==",
+    "e2c7c2dd3f5cb3848a6d4f9fa6be7153": "d7I8M6Y8ZU2gAjexTCQPE9GV+D9sfv0Ezlsiz51wo5mgtIdXcdoPUIUBQqiT0OHXAYkYpWbmsZxk0E6cn9uwD/jecxNEvEP/SRAlDBx+mF91tFhzi5BOaIJfgXHuXpwZjmGvULJk5SFIVZBidXY3Xt7RF781mCjb+VE=",
+    "966934c0c28cc85f938a6f81e6324df3": "6g0Ew3twkhZg7x7YW8jUUEOJVg0PCQnGHZCHml9CPPeggS2cIOHJ/GM3u+BolOR9mqOWHgux8Om8+x1KMJMbdwyBQZBTqdzk5yKnvg==",
+    "46793df2ded00d46f7586a52e9fd9439": "1DduWkqKSpTBSaHbXaOst2nRu1UinJK0mPJfVWmy06W1Vhcm8wQqg6ZvRxsfyYjQtr0SHrhCC1bhLK3H5Ey3wVdQP4VwtvXKUEDZ+54c",
+})
+
+
+def chosen_names(case):
+    got = yield answer()
+    try:
+        names = {str(a).strip().lower() for a in got}
+    except TypeError:
+        raise Wrong(f"Your answer is {got!r:.60}; expected a set of names such as {{'dot'}}.") from None
+    if not names:
+        raise Wrong("Your answer is empty: put in it the names of the scores that accept Dq != Dk.")
+    return names
+
+
+@part(WIDTHS, "can")
+def widths_can(case):
+    names = yield from chosen_names(case)
+    notes = [WIDTH_NOTES.message(f"-{name}") for name in NAMES if name not in names]
+    notes = [n for n in notes if n]
+    if notes:
+        raise Wrong("Not quite: " + "; ".join(notes) + ".")
+
+
+@part(WIDTHS, "cannot")
+def widths_cannot(case):
+    names = yield from chosen_names(case)
+    notes = [WIDTH_NOTES.message(f"+{name}") if name in NAMES else f"{name!r} is not a score name here"
+             for name in sorted(names)]
+    notes = [n for n in notes if n]
+    if notes:
+        raise Wrong("Not quite: " + "; ".join(notes) + ".")

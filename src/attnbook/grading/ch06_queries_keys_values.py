@@ -1,0 +1,91 @@
+"""Chapter 6, queries, keys and values: the three projections, and self-attention of a sequence."""
+
+from __future__ import annotations
+
+import torch
+
+from ..functional import attention
+from ..masks import causal_mask
+from .compare import Wrong, compare, matmul_hint
+from .harness import call, exercise, part
+from .mistakes import sdpa_variants
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 6.1: qkv_projection
+# ------------------------------------------------------------------------------------------------
+
+QKV = exercise(
+    "qkv_projection",
+    "fn(x (B, L, E), W_q (D, E), W_k (D, E), W_v (Dv, E)) -> (q (B, L, D), k (B, L, D), v (B, L, Dv)), "
+    "each weight applied as in nn.Linear without bias: x @ W.T.")
+
+
+def _linear_hint(err):
+    if any(s in err.message for s in ("shapes cannot be multiplied", "size of tensor", "size mismatch")):
+        return "nn.Linear stores its weight as (out, in): project with `x @ W.T`."
+    return None
+
+
+def qkv_case(x, W_q, W_k, W_v):
+    refs = (x @ W_q.T, x @ W_k.T, x @ W_v.T)
+    out = yield call(x, W_q, W_k, W_v, hints=_linear_hint)
+    if not (isinstance(out, (tuple, list)) and len(out) == 3):
+        raise Wrong(f"Your function returned {type(out).__name__}; expected three tensors (q, k, v).")
+    for name, got, ref, W in zip("qkv", out, refs, (W_q, W_k, W_v)):
+        others = [(f"Your {name} is the projection with another weight: {name} = x @ W_{o}.T.",
+                   lambda r=r: r) for o, r in zip("qkv", refs) if o != name]
+        compare(got, ref, name, [
+            (f"You computed {name} as x @ W_{name}; nn.Linear stores (out, in), so it is x @ W_{name}.T.",
+             lambda W=W: x @ W),
+            (f"You returned x itself for {name}: project it with W_{name}.", lambda: x),
+            *others,
+        ])
+
+
+@part(QKV, "shapes")
+def qkv_shapes(case):
+    yield from qkv_case(case.randn(2, 5, 6), case.randn(4, 6), case.randn(4, 6), case.randn(3, 6))
+
+
+@part(QKV, "square")
+def qkv_square(case):
+    yield from qkv_case(case.randn(2, 4, 5), case.randn(5, 5), case.randn(5, 5), case.randn(5, 5))
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 6.2: self_attention
+# ------------------------------------------------------------------------------------------------
+
+SELF_ATTENTION = exercise(
+    "self_attention",
+    "fn(x (B, L, E), W_q (D, E), W_k (D, E), W_v (Dv, E), mask=None (bool, broadcastable to (B, L, L), "
+    "True = may attend)) -> output (B, L, Dv): scaled dot-product attention of the projections "
+    "q = x @ W_q.T, k = x @ W_k.T, v = x @ W_v.T.")
+
+
+def self_attention_case(x, weights, mask):
+    q, k, v = (x @ W.T for W in weights)
+    ref = attention(q, k, v, mask)[0]
+    full = mask if mask is not None else torch.ones(x.shape[0], x.shape[1], x.shape[1], dtype=torch.bool)
+    out = yield call(x, *weights, *(() if mask is None else (mask,)), hints=matmul_hint)
+    compare(out, ref, "output", [
+        ("You attended over x itself: first project it, q = x @ W_q.T, k = x @ W_k.T, v = x @ W_v.T.",
+         lambda: attention(x, x, x, mask)[0]),
+        ("You projected the values with W_k (or the keys with W_v): v = x @ W_v.T.",
+         lambda: attention(q, v, k, mask)[0]),
+        ("You used the same projection for queries and keys; each has its own weight.",
+         lambda: attention(q, q, v, mask)[0]),
+        *sdpa_variants(q, k, v, full),
+    ])
+
+
+@part(SELF_ATTENTION, "values")
+def self_attention_values(case):
+    x, weights = case.randn(2, 5, 6), (case.randn(4, 6), case.randn(4, 6), case.randn(3, 6))
+    yield from self_attention_case(x, weights, None)
+
+
+@part(SELF_ATTENTION, "mask")
+def self_attention_mask(case):
+    x, weights = case.randn(2, 5, 6), (case.randn(4, 6), case.randn(4, 6), case.randn(3, 6))
+    yield from self_attention_case(x, weights, causal_mask(5))

@@ -1,0 +1,166 @@
+"""Chapter 9, attention at scale: merging two blocks of an online softmax, and the memory of a
+key/value cache."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..efficient import KVCache
+from ..functional import masked_softmax
+from .compare import Wrong, check_number, compare, match, same
+from .harness import call, exercise, part
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 9.1: online_softmax_merge
+# ------------------------------------------------------------------------------------------------
+
+MERGE_STATES = exercise(
+    "online_softmax_merge",
+    "fn(state_a, state_b) -> state: merge two partial results of attention over two blocks of keys; a "
+    "state is (m (..., L) the running max score, l (..., L) the sum of exp(score - m), acc (..., L, Dv) "
+    "the sum of exp(score - m) · value). A block with no key has m = -inf, l = 0, acc = 0; merging "
+    "with it must not produce NaN.",
+    blocks=["attnbook.efficient.tiled_attention"])
+
+
+def block_state(scores, mask, v):
+    """Partial state of a block: scores (..., L, Sb), mask (..., L, Sb), v (..., Sb, Dv)."""
+    s = scores.masked_fill(~mask, float("-inf"))
+    m = s.amax(-1)  # (..., L)
+    m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    p = torch.exp(s - m_safe[..., None])  # (..., L, Sb)
+    return m, p.sum(-1), p @ v  # (..., L), (..., L), (..., L, Dv)
+
+
+def merged(a, b):
+    (m1, l1, o1), (m2, l2, o2) = a, b
+    m = torch.maximum(m1, m2)  # (..., L)
+    m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    c1, c2 = torch.exp(m1 - m_safe), torch.exp(m2 - m_safe)  # (..., L)
+    return m, c1 * l1 + c2 * l2, c1[..., None] * o1 + c2[..., None] * o2
+
+
+def merge_variants(a, b):
+    (m1, l1, o1), (m2, l2, o2) = a, b
+    m = torch.maximum(m1, m2)
+    c1, c2 = torch.exp(m1 - m), torch.exp(m2 - m)
+    return [
+        ("You added the two partial sums without rescaling them: each was computed relative to its own "
+         "max, so multiply block a's l and acc by exp(m_a - m) and block b's by exp(m_b - m), "
+         "m = max(m_a, m_b).", lambda: (m, l1 + l2, o1 + o2)),
+        ("You rescaled l but not acc: acc is a sum of exp(score - m) · value too, so it needs the same "
+         "factors exp(m_a - m) and exp(m_b - m).", lambda: (m, c1 * l1 + c2 * l2, o1 + o2)),
+        ("The factors are the wrong way round: block a is rescaled by exp(m_a - m), which is at most 1.",
+         lambda: (m, l1 / c1 + l2 / c2, o1 / c1[..., None] + o2 / c2[..., None])),
+        ("Merging with an empty block (m = -inf) gives NaN: exp(-inf - (-inf)) is NaN. When m is -inf, "
+         "use 0 in its place before subtracting.",
+         lambda: (m, c1 * l1 + c2 * l2, c1[..., None] * o1 + c2[..., None] * o2)),
+    ]
+
+
+def compare_states(out, ref, variants):
+    if not (isinstance(out, (tuple, list)) and len(out) == 3):
+        raise Wrong(f"Your function returned {type(out).__name__}; expected a state (m, l, acc).")
+    named = None
+    for message, make in variants:
+        try:
+            candidate = make()
+        except Exception:
+            continue
+        if all(same(x, y) for x, y in zip(out, candidate)) and not all(same(x, y) for x, y in zip(out, ref)):
+            named = message
+            break
+    for name, got, want in zip(("m", "l", "acc"), out, ref):
+        try:
+            compare(got, want, name)
+        except Wrong as wrong:
+            raise Wrong(named or str(wrong)) from None
+
+
+def blocks(case, L=3, S1=4, S2=5, Dv=2, empty_b=False):
+    scores = case.randn(2, L, S1 + S2) * 3
+    mask = case.mask(2, L, S1 + S2)
+    v = case.randn(2, S1 + S2, Dv)
+    if empty_b:
+        mask[..., S1:] = False  # block b has no key at all
+        mask[0, 0] = False  # and query 0 of batch 0 has no key in either block
+    a = block_state(scores[..., :S1], mask[..., :S1], v[:, :S1])
+    b = block_state(scores[..., S1:], mask[..., S1:], v[:, S1:])
+    return scores, mask, v, a, b
+
+
+@part(MERGE_STATES, "values")
+def merge_states_values(case):
+    _, _, _, a, b = blocks(case)
+    compare_states((yield call(a, b)), merged(a, b), merge_variants(a, b))
+
+
+@part(MERGE_STATES, "empty_block")
+def merge_states_empty_block(case):
+    _, _, _, a, b = blocks(case, empty_b=True)
+    compare_states((yield call(a, b)), merged(a, b), merge_variants(a, b))
+
+
+@part(MERGE_STATES, "attention")
+def merge_states_attention(case):
+    scores, mask, v, a, b = blocks(case, L=4, S1=3, S2=6, Dv=3)
+    out = yield call(a, b)
+    if not (isinstance(out, (tuple, list)) and len(out) == 3 and all(isinstance(t, Tensor) for t in out)):
+        raise Wrong(f"Your function returned {type(out).__name__}; expected a state (m, l, acc).")
+    m, l, o = out
+    ref = masked_softmax(scores, mask) @ v  # (B, L, Dv): attention over all keys at once
+    try:
+        got = o / l[..., None]
+    except Exception as exc:
+        raise Wrong(f"acc / l failed on your state: {type(exc).__name__}: {exc}") from None
+    named = match(got, [(msg, (lambda mk=mk: (lambda s: s[2] / s[1][..., None])(mk())))
+                        for msg, mk in merge_variants(a, b)])
+    compare(got, ref, "attention output acc / l", [(named, lambda: got)] if named else [])
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 9.2: kv_cache_bytes (derivation)
+# ------------------------------------------------------------------------------------------------
+
+CACHE_BYTES = exercise(
+    "kv_cache_bytes",
+    "fn(B, H, S, D, num_layers, dtype) -> int: the bytes a KV cache needs to hold S positions of keys "
+    "AND values for every layer, each (B, H, S, D) of dtype `dtype`.",
+    blocks=["attnbook.efficient.KVCache"])
+
+
+def cache_cases(case, public):
+    if case.seed == 0:
+        return public
+    return [(case.randint(1, 8), case.randint(1, 16), case.randint(2, 300), case.randint(2, 128),
+             case.randint(2, 24), dtype) for *_, dtype in public]
+
+
+def cache_bytes(case, public):
+    sizes = cache_cases(case, public)
+    answers = yield [call(*s) for s in sizes]
+    for (B, H, S, D, layers, dtype), got in zip(sizes, answers):
+        cache = KVCache(B, H, S, D, dtype=dtype, device="cpu")
+        keys, values = cache.append(torch.zeros(B, H, S, D, dtype=dtype), torch.zeros(B, H, S, D, dtype=dtype))
+        per_layer = (keys.numel() + values.numel()) * keys.element_size()
+        ref = per_layer * layers
+        item = torch.tensor([], dtype=dtype).element_size()
+        check_number(got, ref, f"B={B}, H={H}, S={S}, D={D}, num_layers={layers}, dtype={dtype}", [
+            ("You counted the keys only: the cache stores keys AND values, twice as much.", ref // 2),
+            ("You forgot the number of layers: every layer keeps its own cache.", per_layer),
+            ("You counted elements, not bytes: multiply by the size of one element "
+             "(`torch.tensor([], dtype=dtype).element_size()`).", ref // item),
+            ("You counted bits: one byte is 8 bits.", ref * 8),
+            ("You assumed 4 bytes per element; float16 and bfloat16 take 2.", ref // item * 4 if item != 4 else -1),
+        ])
+
+
+@part(CACHE_BYTES, "float32")
+def cache_bytes_float32(case):
+    yield from cache_bytes(case, [(1, 4, 16, 8, 2, torch.float32), (2, 3, 7, 5, 4, torch.float32)])
+
+
+@part(CACHE_BYTES, "half")
+def cache_bytes_half(case):
+    yield from cache_bytes(case, [(2, 8, 128, 64, 12, torch.float16), (3, 2, 10, 4, 1, torch.bfloat16)])
