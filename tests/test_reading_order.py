@@ -39,9 +39,19 @@ MODULE_TAUGHT_IN = {
     "attnbook.experiments": ANYWHERE,
     "attnbook.datafiles": ANYWHERE,
     "attnbook.course": ANYWHERE,
+    "attnbook.diagrams": ANYWHERE,
+    "attnbook.runnable": ANYWHERE,
     "attnbook.data": "chapters/01_seq2seq_bottleneck",
     "attnbook.train": "chapters/01_seq2seq_bottleneck",
+    "attnbook.ablations": "chapters/08b_transformer_block",
+    "attnbook.dates": "chapters/08c_cross_attention",
+    "attnbook.encoder_decoder": "chapters/08c_cross_attention",
 }
+# A subpackage's place is its modules' place: attnbook.grading.runner is a tool like attnbook.grading.
+for _info in pkgutil.walk_packages(attnbook.__path__, prefix="attnbook."):
+    _package = ".".join(_info.name.split(".")[:2])
+    if _info.name != _package and _package in MODULE_TAUGHT_IN:
+        MODULE_TAUGHT_IN[_info.name] = MODULE_TAUGHT_IN[_package]
 
 # Every public name of the other modules: where it is introduced (None: no chapter teaches it, so
 # no chapter may use it).
@@ -49,12 +59,14 @@ TAUGHT_IN = {
     # attnbook.functional
     "attention": "chapters/00_attention_at_a_glance",
     "masked_softmax": "chapters/02_attention_in_seq2seq",
-    "check_attention_inputs": None,
+    "fused_attention": "chapters/08_multi_head_attention",  # the sdpa backend
     # attnbook.masks
     "padding_mask": "chapters/02_attention_in_seq2seq",
     "causal_mask": "chapters/07_masking",
     "combine_masks": "chapters/07_masking",
-    "check_mask": None,
+    "expand_key_mask": "chapters/07_masking",
+    "apply_mask": "chapters/07_masking",
+    "build_mask": "chapters/07_masking",
     # attnbook.seq2seq
     "Encoder": "chapters/01_seq2seq_bottleneck",
     "BottleneckDecoder": "chapters/01_seq2seq_bottleneck",
@@ -77,17 +89,21 @@ TAUGHT_IN = {
     "MultiHeadAttention": "chapters/08_multi_head_attention",
     "split_heads": "chapters/08_multi_head_attention",
     "merge_heads": "chapters/08_multi_head_attention",
-    "multi_head_attention_core": None,  # the step both modules share; chapter 8 shows the modules
     "CausalSelfAttention": "chapters/08_multi_head_attention",
     # attnbook.transformer
     "TinyTransformer": "chapters/08_multi_head_attention",
     "TransformerBlock": "chapters/08_multi_head_attention",
+    # attnbook.block: the block's parts are the subject of chapter 8b, cross-attention of 8c
+    "NORM_POSITIONS": None,  # the block takes norm="pre" / "post" / None; the tuple is for its check
+    "DecoderBlock": "chapters/08c_cross_attention",
     "repeat_batch": "chapters/08_multi_head_attention",
     "repeat_loss": "chapters/08_multi_head_attention",
     "train_repeat": "chapters/08_multi_head_attention",
     "evaluate_repeat": None,
     # attnbook.efficient: tiles and caches are the subject of chapter 9
     "tiled_attention": "chapters/09_attention_at_scale",
+    "online_softmax_step": "chapters/09_attention_at_scale",
+    "TILE_SCORES": "chapters/09_attention_at_scale",
     "KVCache": "chapters/09_attention_at_scale",
 }
 
