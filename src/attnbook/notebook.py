@@ -85,10 +85,14 @@ def glue(name: str, value, display: bool = False):
     is_figure = isinstance(value, Figure)
     try:
         from myst_nb.ext.glue import GLUE_PREFIX
-    except ImportError:  # pragma: no cover - e.g. in Colab
+    except ImportError:  # pragma: no cover - e.g. in Colab: show the value where the page would
         from IPython.display import display as _display
 
         _display(value)
+        if is_figure:  # shown once here; closed so that the inline backend does not show it again
+            import matplotlib.pyplot as plt
+
+            plt.close(value)
         return
     from IPython.core.formatters import format_display_data
     from IPython.display import display as _display

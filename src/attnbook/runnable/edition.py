@@ -69,28 +69,27 @@ def website_only_output(output: dict) -> bool:
 
 
 def student_exercise_cells(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The notebook with its exercises in student form, as nbgrader's student version has them:
-    every solution replaced by nbgrader's stub (``raise NotImplementedError()``), hidden tests
-    removed, visible tests kept; the outputs of exercise cells are cleared, and the tags that fold
-    a solution away on the website are dropped (the student writes in that cell)."""
-    from nbgrader.preprocessors import ClearHiddenTests, ClearMarkScheme, ClearSolutions
+    """The notebook with its exercise section in student form, exactly as the classroom's exercise
+    notebooks have it (:func:`attnbook.course.student_exercise_cells`: every solution replaced by
+    nbgrader's stub, hidden tests removed, visible tests kept, outputs cleared); the tags that fold a
+    cell away on the website are dropped too (the student writes in that cell)."""
+    from ..course import exercise_section
+    from ..course import student_exercise_cells as course_student_cells
 
     nb = copy.deepcopy(nb)
     nb.metadata.setdefault("kernelspec", dict(KERNELSPEC))
-    resources: dict = {}
-    for preprocessor in (ClearSolutions(), ClearHiddenTests(), ClearMarkScheme()):
-        nb, resources = preprocessor.preprocess(nb, resources)
-    for cell in nb.cells:
-        if "nbgrader" not in cell.metadata:
-            continue
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-        cell.metadata.pop("mystnb", None)
+    section = exercise_section(nb)
+    if not section:
+        return nb
+    start = len(nb.cells) - len(section)
+    cells = course_student_cells(nb)
+    for cell in cells:
         tags = [t for t in cell.metadata.get("tags", []) if t not in (HIDE_INPUT, HIDE_CELL)]
         if tags:
             cell.metadata["tags"] = tags
         else:
             cell.metadata.pop("tags", None)
+    nb.cells = nb.cells[:start] + cells
     return nb
 
 
