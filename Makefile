@@ -21,11 +21,13 @@ NUMERIC_PROFILE := PYTHONHASHSEED=0 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 ifeq ($(shell uname -m),x86_64)
 NUMERIC_PROFILE += ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=COMPATIBLE
 endif
-# A stand-in for another machine: PyTorch's portable kernels (no AVX2) and MKL's native code path.
-# `make nbval-runnable` checks the runnable edition under it, so the stored outputs are checked on
-# two numeric paths. Waiting threads sleep instead of spinning (no effect on the numbers).
+# A stand-in for another machine: PyTorch's portable kernels (no AVX2), MKL's native code path and
+# two threads (another order of reductions). `make nbval-runnable` checks the runnable edition under
+# it, one notebook at a time, so the stored outputs are checked on two numeric paths. Waiting
+# threads sleep instead of spinning (no effect on the numbers; spinning made training ten times
+# slower on a busy machine).
 OTHER_NUMERIC_PATH := env -u MKL_CBWR -u ONEDNN_MAX_CPU_ISA PYTHONHASHSEED=0 ATEN_CPU_CAPABILITY=default \
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+	OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE
 NBVAL := PYTHONPATH=tests $(PY) -m pytest -q -p no:cacheprovider -p nbval_meaning --nbval \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env
 
@@ -107,9 +109,9 @@ LAB_DIR ?= chapters/workspace
 LAB_ARGS ?=
 FILLED ?= _build/runnable-filled
 # `make nbval-runnable` runs the filled copies (the edition with its exercises answered from the
-# chapters' solutions, stored outputs kept) under nbval on the other numeric path: the edition runs
-# top to bottom in a fresh kernel, and every stored output is checked a second time, on kernels
-# other than the ones that stored it.
+# chapters' solutions, stored outputs kept) under nbval on the other numeric path, one notebook at
+# a time: the edition runs top to bottom in a fresh kernel, and every stored output is checked a
+# second time, on kernels other than the ones that stored it.
 
 lab: venv
 	$(PY) -m attnbook.runnable lab --dir $(LAB_DIR) -- $(LAB_ARGS)
@@ -124,7 +126,7 @@ runnable-filled: venv
 	$(PY) -m attnbook.runnable fill --out $(FILLED)
 
 nbval-runnable: runnable-filled
-	$(OTHER_NUMERIC_PATH) $(NBVAL) -n 2 --dist loadfile $(FILLED)/*.ipynb
+	$(OTHER_NUMERIC_PATH) $(NBVAL) $(FILLED)/*.ipynb
 
 execute: venv
 	@test -n "$(NB)" || { echo "usage: make execute NB=chapters/X.ipynb"; exit 2; }

@@ -244,8 +244,9 @@ def test_outputs_are_stored_and_checked_under_the_profile(target):
 def test_the_runnable_edition_is_checked_on_another_numeric_path():
     command = next(line for line in _make_dry_run("nbval-runnable").splitlines() if "--nbval" in line)
     words = command.split()
-    for setting in ["ATEN_CPU_CAPABILITY=default", "PYTHONHASHSEED=0", "OMP_NUM_THREADS=1"]:
+    for setting in ["ATEN_CPU_CAPABILITY=default", "PYTHONHASHSEED=0", "OMP_NUM_THREADS=2", "MKL_NUM_THREADS=2"]:
         assert setting in words, command
+    assert "-n" not in words  # one notebook at a time
     assert "-u MKL_CBWR" in command and "MKL_CBWR=" not in command
     assert "-u ONEDNN_MAX_CPU_ISA" in command and "ONEDNN_MAX_CPU_ISA=" not in command
     assert "-p nbval_meaning" in command
