@@ -35,6 +35,24 @@ def good_causal(L, S):
     return torch.ones(L, S, dtype=torch.bool).tril(S - L)
 
 
+def good_masked_attention(q, k, v, mask, additive):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + additive  # (B, L, S)
+    scores = torch.where(mask, scores, float("-inf"))
+    empty = ~mask.any(-1, keepdim=True)  # (L, 1): queries with no key left
+    weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
+    return weights @ v  # (B, L, Dv)
+
+
+def min_fill_attention(q, k, v, mask, additive):  # exhibit 8: a finite fill, then the additive mask
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores.masked_fill(~mask, torch.finfo(q.dtype).min) + additive, dim=-1) @ v
+
+
+def nan_row_attention(q, k, v, mask, additive):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + additive
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
+
+
 def good_split(x, num_heads):
     B, L, E = x.shape
     return x.reshape(B, L, num_heads, E // num_heads).transpose(1, 2)
@@ -110,6 +128,18 @@ def good_scaled_scores(q, k):
     return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
 
 
+def entropy_of(weights_fn):
+    """A mean-entropy answer (attention_entropy) from a function of (scores, scale) -> weights,
+    and a function of the rows' entropies -> the answer."""
+    def answer(q, k, scale, total=lambda h: h.mean()):
+        w = weights_fn(q @ k.transpose(-2, -1), scale)
+        return total(-torch.special.xlogy(w, w).sum(-1)).item()
+    return answer
+
+
+good_entropy = entropy_of(lambda s, scale: torch.softmax(scale * s, -1))
+
+
 def good_bilinear(queries, weight, keys):
     return queries @ weight @ keys.transpose(1, 2)
 
@@ -138,33 +168,145 @@ def good_kv_bytes(B, H, S, D, num_layers, dtype):
     return 2 * B * H * S * D * num_layers * torch.tensor([], dtype=dtype).element_size()
 
 
+def good_decoding_flops(B, E, L0, N, num_layers, use_cache, mlp=16, cached_attention=True):
+    """Projections 8·E² and MLP 16·E² per position fed; attention 4·E per query and key seen."""
+    if use_cache:
+        steps = [(L0, L0)] + [(1, L0 + t if cached_attention else 1) for t in range(1, N)]  # (L, S)
+    else:
+        steps = [(L0 + t, L0 + t) for t in range(N)]
+    return num_layers * B * sum(L * (8 + mlp) * E * E + 4 * L * S * E for L, S in steps)
+
+
+def good_rms_norm(x, weight, eps):
+    return weight * x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+
+
+def good_block_parameters(E, mlp_ratio):
+    return {"attention": 4 * E * E + 4 * E, "mlp": 2 * mlp_ratio * E * E + mlp_ratio * E + E, "norms": 4 * E}
+
+
+def good_greedy_decode(state, config, src, src_key_mask, steps):
+    from attnbook import dates
+    from attnbook.encoder_decoder import EncoderDecoder
+
+    model = EncoderDecoder(**config)
+    model.load_state_dict(state)
+    model.eval()
+    with torch.no_grad():
+        memory, _ = model.encode(src, src_key_mask)
+        target = torch.full((src.shape[0], 1), dates.SOS)
+        ended = torch.zeros(src.shape[0], dtype=torch.bool)
+        for _ in range(steps):
+            logits, _, _ = model.decode(target, memory, src_key_mask)
+            token = logits[:, -1].argmax(dim=-1).masked_fill(ended, dates.PAD)
+            target = torch.cat([target, token[:, None]], dim=1)
+            ended |= token == dates.EOS
+    return target[:, 1:]
+
+
+def smallest_sharp_scale(sharp):
+    """Exercise 0.4 measured here without attnbook: the smallest scale at which ``sharp(row
+    maxima)`` holds for the chapter's keys (the, cat, sat, down), by bisection."""
+    keys = torch.tensor([[0.1, 0.0], [2.0, 0.2], [0.2, 2.0], [0.0, 1.0]], dtype=torch.float64)
+    low, high = 0.01, 1000.0
+    while high - low > 1e-6:
+        middle = (low + high) / 2
+        top = torch.softmax(middle * keys @ keys.T, dim=-1).max(dim=-1).values
+        low, high = (low, middle) if sharp(top) else (middle, high)
+    return high
+
+
+def good_cross_zeros(B, H, L, lengths):
+    S = max(lengths)
+    real = torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]
+    return (B, H, L, S), (~real)[:, None, None, :].expand(B, H, L, S)
+
+
+def _spread_answer(seed=0):
+    from attnbook.grading.ch08b_transformer_block import spreads_per_block
+
+    return {"seed": seed, "no_norm": spreads_per_block("no_norm", seed)[-1],
+            "post_norm": spreads_per_block("post_norm", seed)[-1]}
+
+
+def _padding_fraction_answer(seed=3):
+    from attnbook.data import PAD, ReversalTask, make_batch
+
+    sources, targets = ReversalTask(min_len=4, max_len=24).sample(64, seed=seed)
+    tgt_out = make_batch(sources, targets).tgt_out
+    return {"seed": seed, "fraction": (tgt_out == PAD).sum().item() / tgt_out.numel()}
+
+
+def _weakest_month_answer():
+    from attnbook.grading.ch08c_cross_attention import month_weight_by_format
+
+    last, _ = month_weight_by_format()
+    name = min(last, key=last.get)
+    return {"format": name, "weight": last[name]}
+
+
+class _Lazy(dict):
+    """Answers that are measured (an experiment's result): computed when a test asks for them."""
+
+    def __init__(self, answers, **makers):
+        super().__init__(answers)
+        self._makers = makers
+
+    def __getitem__(self, key):
+        value = dict.__getitem__(self, key)
+        if value is None and key in self._makers:
+            value = self._makers[key]()
+            dict.__setitem__(self, key, value)
+        return value
+
+
 GOOD = {
     "masked_softmax": good_masked_softmax,
     "scaled_dot_product_attention": good_sdpa,
     "weights_shape": lambda B, H, L, S, E, Ev: ((B, H, L, S), (B, H, L, Ev)),
+    "sharp_scale": smallest_sharp_scale(lambda top: bool((top > 0.9).all())),
     "causal_mask": good_causal,
     "pick_causal_mask": {"square": "AC", "cache": {"C"}},
+    "masked_attention": good_masked_attention,
     "split_heads": good_split,
     "merge_heads": good_merge,
     "multi_head_forward": good_mha,
     "seq2seq_attention_step": good_s2s,
     "final_state": good_final_state,
     "masked_mean": good_masked_mean,
+    "bottleneck_parameters": lambda V, E, H: 2 * (V * E + 3 * (E * H + H * H + 2 * H)) + H * V + V,
+    "padding_fraction": None,  # measured: _Lazy computes it
     "padding_mask": good_padding_mask,
     "scaled_dot_scores": good_scaled_scores,
     "score_variance": lambda E: (E, 1),
+    "attention_entropy": good_entropy,
     "bilinear_score": good_bilinear,
     "bilinear_equals_dot": lambda D: torch.eye(D) / math.sqrt(D),
+    "bilinear_cost": lambda L, S, Dq, Dk: (Dq * Dk, L * Dq * Dk + L * S * Dk),
     "additive_score": good_additive,
     "additive_concat": lambda W_q, W_k: torch.cat([W_q, W_k], dim=1),
+    "additive_peak_memory": {"concat": 4 * 40 * 30 * 2 * (16 + 48), "broadcast": 4 * (40 * 30 * 9 + 70 * 8)},
     "score_parameter_count": lambda Dq, Dk, Dh: {"dot": 0, "scaled_dot": 0, "bilinear": Dq * Dk,
                                                   "additive": Dh * Dq + Dh * Dk + Dh + Dh},
     "score_widths": {"bilinear", "additive"},
+    "longest_exact": {"dot": 0.47, "scaled_dot": 0.35},  # data/results.json, seed 2, length 24
     "qkv_projection": good_qkv,
     "self_attention": good_self_attention,
+    "position_dot": lambda offset, E: sum(math.cos(offset * 10000 ** (-2 * k / E)) for k in range(E // 2)),
     "online_softmax_merge": good_merge_state,
     "kv_cache_bytes": good_kv_bytes,
+    "rms_norm": good_rms_norm,
+    "block_spread": None,  # measured: _Lazy computes it
+    "block_parameters": good_block_parameters,
+    "greedy_decode": good_greedy_decode,
+    "weakest_month_format": None,
+    "cross_attention_zeros": good_cross_zeros,
+    "decoding_flops": good_decoding_flops,
 }
+
+# Measured answers (experiments) are computed when a test asks for them.
+GOOD = _Lazy(GOOD, block_spread=_spread_answer, weakest_month_format=_weakest_month_answer,
+             padding_fraction=_padding_fraction_answer)
 
 
 def test_every_exercise_has_a_right_answer_here():
@@ -291,6 +433,14 @@ MISTAKES = [
     ("weights_shape", lambda B, H, L, S, E, Ev: ((B, H, S, L), (B, H, L, Ev)), "weights", "rows are queries"),
     ("weights_shape", lambda B, H, L, S, E, Ev: ((B, L, S), (B, L, Ev)), "weights", "forgot the heads"),
     ("weights_shape", lambda B, H, L, S, E, Ev: ((B, H, L, S), (B, H, L, E)), "output", "width is Ev"),
+    ("sharp_scale", smallest_sharp_scale(lambda top: top.mean().item() > 0.9), "value", "the MEAN"),
+    ("padding_fraction", {"seed": 0, "fraction": 0.6}, "fraction", "fraction of REAL tokens"),
+    ("bottleneck_parameters", lambda V, E, H: 2 * (V * E + 3 * (E * H + H * H + H)) + H * V + V, "count",
+     "TWO bias vectors"),
+    ("bottleneck_parameters", lambda V, E, H: V * E + 3 * (E * H + H * H + 2 * H) + H * V + V, "count",
+     "one of the two GRUs"),
+    ("sharp_scale", smallest_sharp_scale(lambda top: bool((top > 0.9).all())) * math.sqrt(2), "value",
+     "replaces 1/√D"),
     ("causal_mask", causal_tril(-1), "square", "excludes the diagonal"),
     ("causal_mask", lambda L, S: torch.ones(L, S, dtype=torch.bool).triu(), "square", "lets the future in"),
     ("causal_mask", lambda L, S: torch.ones(L, S, dtype=torch.bool).triu(1), "square", "inverted"),
@@ -299,6 +449,10 @@ MISTAKES = [
     ("causal_mask", lambda L, S: torch.ones(L, S).tril(S - L), "square", "bool"),
     ("pick_causal_mask", {"square": "AC", "cache": "AC"}, "cache", "top left"),
     ("pick_causal_mask", {"square": "BC", "cache": "C"}, "square", "diagonal"),
+    ("masked_attention", min_fill_attention, "blocked", "finite number"),
+    ("masked_attention", nan_row_attention, "empty_row", "NaN"),
+    ("masked_attention", lambda q, k, v, m, a: good_masked_attention(q, k, v, m, 0 * a),
+     "values", "ignores the additive mask"),
     ("pick_causal_mask", {"square": "C", "cache": "C"}, "square", "same mask"),
     ("pick_causal_mask", {"square": "ACD", "cache": "C"}, "square", "future"),
     ("split_heads", lambda x, h: x.view(x.shape[0], h, x.shape[1], -1), "values", "without a transpose"),
@@ -338,10 +492,24 @@ MISTAKES = [
     ("scaled_dot_scores", lambda q, k: q @ k.T / math.sqrt(q.shape[-1]), "values", "transpose(-2, -1)"),
     ("score_variance", lambda E: (math.sqrt(E), 1), "unscaled", "standard deviation"),
     ("score_variance", lambda E: (E, 1 / math.sqrt(E)), "scaled", "(√E)² = E"),
+    ("attention_entropy", lambda q, k, scale: good_entropy(q, k, scale) / math.log(2), "scaled", "in bits"),
+    ("attention_entropy", lambda q, k, scale: -good_entropy(q, k, scale), "scaled", "minus sign"),
+    ("attention_entropy", lambda q, k, scale: good_entropy(q, k, scale, total=lambda h: h.sum()), "scaled",
+     "take their mean"),
+    ("attention_entropy", lambda q, k, scale: good_entropy(q, k, 1.0), "uniform", "did not apply `scale`"),
+    ("attention_entropy", entropy_of(lambda s, scale: torch.softmax(scale * s, -2)), "scaled", "over the queries"),
+    ("attention_entropy", lambda q, k, scale: (lambda w: (-(w * w.log()).sum(-1)).mean().item())(
+        torch.softmax(scale * q @ k.transpose(-2, -1), -1)), "saturated", "0 log 0"),
     ("bilinear_score", lambda q, w, k: q @ w.T @ k.transpose(1, 2), "square", "transposed weight"),
     ("bilinear_score", lambda q, w, k: q @ w(k).transpose(1, 2), "values", "nn.Linear"),
     ("bilinear_equals_dot", lambda D: torch.eye(D), "values", "UNSCALED"),
     ("bilinear_equals_dot", lambda D: torch.eye(D) / D, "values", "√D"),
+    ("bilinear_cost", lambda L, S, Dq, Dk: (Dq * Dq, 0), "parameters", "not Dq²"),
+    ("bilinear_cost", lambda L, S, Dq, Dk: (Dq * Dk, 2 * (L * Dq * Dk + L * S * Dk)), "multiply_adds",
+     "two per multiply-add"),
+    ("bilinear_cost", lambda L, S, Dq, Dk: (Dq * Dk, L * S * Dk), "multiply_adds", "add the projection"),
+    ("bilinear_cost", lambda L, S, Dq, Dk: (Dq * Dk, S * Dq * Dk + L * S * Dq), "multiply_adds",
+     "projecting the keys"),
     ("additive_score", lambda q, k, Wq, Wk, v: ((q @ Wq.T)[:, :, None] + (k @ Wk.T)[:, None]) @ v,
      "values", "left out the tanh"),
     ("additive_score", lambda q, k, Wq, Wk, v: torch.tanh((q @ Wq)[:, :, None] + (k @ Wk)[:, None]) @ v,
@@ -388,6 +556,21 @@ MISTAKES = [
     ("kv_cache_bytes", lambda B, H, S, D, n, dt: 2 * B * H * S * D * n * 4, "half", "float16"),
     ("kv_cache_bytes", lambda B, H, S, D, n, dt: good_kv_bytes(B, H, S, D, n, dt) // 2, "float32", "keys only"),
     ("kv_cache_bytes", lambda B, H, S, D, n, dt: good_kv_bytes(B, H, S, D, 1, dt), "float32", "layers"),
+    ("rms_norm", lambda x, w, eps: w * (x - x.mean(-1, keepdim=True))
+     / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps), "values", "subtracted the mean"),
+    ("rms_norm", lambda x, w, eps: w * x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps), "eps_and_zeros",
+     "outside the square root"),
+    ("block_parameters", lambda E, r: {**good_block_parameters(E, r), "attention": 4 * E * E}, "attention",
+     "biases"),
+    ("block_parameters", lambda E, r: {**good_block_parameters(E, r), "norms": 2 * E}, "norms", "two LayerNorms"),
+    ("greedy_decode", lambda *a: torch.cat([torch.ones_like(a[2][:, :1]), good_greedy_decode(*a)], dim=1),
+     "dates", "start token"),
+    ("cross_attention_zeros", lambda B, H, L, lengths: (good_cross_zeros(B, H, L, lengths)[0], good_cross_zeros(
+        B, H, L, lengths)[1] | ~torch.ones(L, max(lengths), dtype=torch.bool).tril(max(lengths) - L)), "zeros",
+     "no causal mask"),
+    ("decoding_flops", lambda *a: good_decoding_flops(*a, mlp=0), "without_cache", "MLP"),
+    ("decoding_flops", lambda *a: good_decoding_flops(*a, cached_attention=False), "with_cache",
+     "still scores every cached key"),
 ]
 
 

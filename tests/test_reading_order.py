@@ -277,8 +277,8 @@ def test_order_violations_on_a_small_notebook():
         v4.new_code_cell("from attnbook.efficient import KVCache"),
         v4.new_code_cell("from attnbook.masks import causal_mask",
                          metadata={"attnbook": {"allow": {"order:causal_mask": "a look ahead, said so"}}}),
-        v4.new_code_cell("from attnbook.functional import check_attention_inputs"),
+        v4.new_code_cell("from attnbook.transformer import evaluate_repeat"),
     ])
     found = order_violations(first, nb)
-    assert set(found) == {"KVCache", "check_attention_inputs"}
-    assert "taught later" in found["KVCache"] and "no chapter teaches" in found["check_attention_inputs"]
+    assert set(found) == {"KVCache", "evaluate_repeat"}
+    assert "taught later" in found["KVCache"] and "no chapter teaches" in found["evaluate_repeat"]

@@ -111,11 +111,15 @@ class TransformerBlock(nn.Module):
 
     # ------------------------------------------------------------------ the sub-layer wrapper
     def _enter(self, norm: nn.Module, x: Tensor) -> Tensor:
-        """What a sub-layer reads: LayerNorm(x) in a pre-norm block, x itself otherwise."""
+        """What a sub-layer reads: LayerNorm(x) in a pre-norm block,
+        x itself otherwise."""
         return norm(x) if self.norm == "pre" else x  # (B, L, E)
 
-    def _leave(self, norm: nn.Module, x: Tensor, out: Tensor) -> Tensor:
-        """What a sub-layer passes on: dropout on its output, the residual sum, post-norm."""
+    def _leave(
+        self, norm: nn.Module, x: Tensor, out: Tensor
+    ) -> Tensor:
+        """What a sub-layer passes on: dropout on its output, the
+        residual sum, post-norm."""
         out = self.dropout(out)  # (B, L, E)
         x = x + out if self.residual else out  # (B, L, E)
         return norm(x) if self.norm == "post" else x  # (B, L, E)
@@ -142,10 +146,12 @@ class TransformerBlock(nn.Module):
         return self._leave(self.norm1, x, h), weights
 
     def _feed_forward(self, x: Tensor) -> Tensor:
-        """The MLP sub-layer, wrapped (or nothing, in a block without an MLP). (B, L, E) -> (B, L, E)."""
+        """The MLP sub-layer, wrapped (or nothing, in a block without
+        an MLP). (B, L, E) -> (B, L, E)."""
         if self.mlp is None:
             return x
-        return self._leave(self.norm2, x, self.mlp(self._enter(self.norm2, x)))  # (B, L, E)
+        h = self.mlp(self._enter(self.norm2, x))  # (B, L, E)
+        return self._leave(self.norm2, x, h)  # (B, L, E)
 
     def forward(
         self,
@@ -155,20 +161,24 @@ class TransformerBlock(nn.Module):
         cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """Self-attention, then the MLP, each wrapped as the block's ``norm`` and ``residual`` say.
+        """Self-attention, then the MLP, each wrapped as the block's
+        ``norm`` and ``residual`` say.
 
         Args:
             x: the sequence.
-            key_mask: bool (B, L), True on real positions, False on padding (blocks with
-                ``causal=False`` only).
-            cache: a :class:`attnbook.kv_cache.KVCache` for causal decoding (see
+            key_mask: bool (B, L), True on real positions, False on
+                padding (blocks with ``causal=False`` only).
+            cache: a :class:`attnbook.kv_cache.KVCache` for causal
+                decoding (see
                 :class:`attnbook.multihead.CausalSelfAttention`).
             need_weights: also return the attention weights per head.
 
         Shapes:
-            x (B, L, E), key_mask (B, L) -> (B, L, E), weights (B, H, L, S) or None
+            x (B, L, E), key_mask (B, L)
+            -> (B, L, E), weights (B, H, L, S) or None
         """
-        x, weights = self._self_attention(x, key_mask, cache, need_weights)  # (B, L, E)
+        x, weights = self._self_attention(
+            x, key_mask, cache, need_weights)  # (B, L, E)
         x = self._feed_forward(x)  # (B, L, E)
         return x, weights
 
@@ -197,12 +207,18 @@ class DecoderBlock(TransformerBlock):
         self.cross_attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout, backend=backend)
 
     def _cross_attention(
-        self, x: Tensor, memory: Tensor, memory_key_mask: Tensor | None, need_weights: bool
+        self,
+        x: Tensor,
+        memory: Tensor,
+        memory_key_mask: Tensor | None,
+        need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
-        """The cross-attention sub-layer, wrapped. Returns (B, L, E) and weights (B, H, L, S) or None."""
+        """The cross-attention sub-layer, wrapped. Returns (B, L, E)
+        and weights (B, H, L, S) or None."""
         h = self._enter(self.cross_norm, x)  # (B, L, E): the queries
         h, weights = self.cross_attn(
-            h, memory, memory, key_mask=memory_key_mask, need_weights=need_weights, average_attn_weights=False
+            h, memory, memory, key_mask=memory_key_mask,
+            need_weights=need_weights, average_attn_weights=False,
         )  # (B, L, E), (B, H, L, S)
         return self._leave(self.cross_norm, x, h), weights
 
@@ -215,22 +231,32 @@ class DecoderBlock(TransformerBlock):
         cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """Causal self-attention over ``x``, cross-attention from ``x`` to ``memory``, then the MLP.
+        """Causal self-attention over ``x``, cross-attention from
+        ``x`` to ``memory``, then the MLP.
 
         Args:
             x: the decoder's sequence (its queries).
-            memory: the encoder's output (the keys and values of cross-attention).
-            memory_key_mask: bool (B, S), True on real source positions, False on padding.
-            cache: a :class:`attnbook.kv_cache.KVCache` for the self-attention when decoding.
-            need_weights: also return both attentions' weights per head.
+            memory: the encoder's output (the keys and values of
+                cross-attention).
+            memory_key_mask: bool (B, S), True on real source
+                positions, False on padding.
+            cache: a :class:`attnbook.kv_cache.KVCache` for the
+                self-attention when decoding.
+            need_weights: also return both attentions' weights per
+                head.
 
         Shapes:
             x (B, L, E), memory (B, S, E), memory_key_mask (B, S)
-            -> (B, L, E), self weights (B, H, L, L) or None, cross weights (B, H, L, S) or None
+            -> (B, L, E), self weights (B, H, L, L) or None,
+               cross weights (B, H, L, S) or None
         """
         if not isinstance(memory, Tensor):
-            raise TypeError(f"DecoderBlock.forward: `memory` must be a tensor (B, S, E); got {type(memory).__name__}")
-        x, self_weights = self._self_attention(x, None, cache, need_weights)  # (B, L, E)
-        x, cross_weights = self._cross_attention(x, memory, memory_key_mask, need_weights)  # (B, L, E)
+            raise TypeError(
+                "DecoderBlock.forward: `memory` must be a tensor "
+                f"(B, S, E); got {type(memory).__name__}")
+        x, self_weights = self._self_attention(
+            x, None, cache, need_weights)  # (B, L, E)
+        x, cross_weights = self._cross_attention(
+            x, memory, memory_key_mask, need_weights)  # (B, L, E)
         x = self._feed_forward(x)  # (B, L, E)
         return x, self_weights, cross_weights

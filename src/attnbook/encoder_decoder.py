@@ -210,28 +210,43 @@ class EncoderDecoder(nn.Module):
         return logits, self_weights, cross_weights
 
     def forward(
-        self, src: Tensor, src_key_mask: Tensor | None, tgt_in: Tensor, *, need_weights: bool = False
+        self,
+        src: Tensor,
+        src_key_mask: Tensor | None,
+        tgt_in: Tensor,
+        *,
+        need_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Attentions]:
-        """Teacher forcing: the logits for every target position given the source and the target so far.
+        """Teacher forcing: the logits for every target position
+        given the source and the target so far.
 
         Shapes:
-            src (B, S), src_key_mask (B, S), tgt_in (B, L) -> logits (B, L, V)
-            [, Attentions: encoder layers x (B, H, S, S), decoder_self layers x (B, H, L, L),
+            src (B, S), src_key_mask (B, S), tgt_in (B, L)
+            -> logits (B, L, V)
+            [, Attentions: encoder layers x (B, H, S, S),
+            decoder_self layers x (B, H, L, L),
             cross layers x (B, H, L, S)]
         """
+        where = "EncoderDecoder.forward"
         if not isinstance(need_weights, bool):
-            raise TypeError(f"EncoderDecoder.forward: `need_weights` must be a bool; got {need_weights!r}")
-        if isinstance(src, Tensor) and isinstance(tgt_in, Tensor) and src.dim() == 2 and tgt_in.dim() == 2 \
-                and src.shape[0] != tgt_in.shape[0]:
+            raise TypeError(f"{where}: `need_weights` must be a "
+                            f"bool; got {need_weights!r}")
+        if (isinstance(src, Tensor) and isinstance(tgt_in, Tensor)
+                and src.dim() == 2 and tgt_in.dim() == 2
+                and src.shape[0] != tgt_in.shape[0]):
             raise ValueError(
-                f"EncoderDecoder.forward: `src` and `tgt_in` must have the same batch size B; "
-                f"got {_shape(src)} and {_shape(tgt_in)}"
+                f"{where}: `src` and `tgt_in` must have the same "
+                f"batch size B; got {_shape(src)} and "
+                f"{_shape(tgt_in)}"
             )
-        memory, encoder_weights = self.encode(src, src_key_mask, need_weights=need_weights)  # (B, S, E)
-        logits, self_weights, cross_weights = self.decode(tgt_in, memory, src_key_mask, need_weights=need_weights)
+        memory, encoder_weights = self.encode(  # (B, S, E)
+            src, src_key_mask, need_weights=need_weights)
+        logits, self_weights, cross_weights = self.decode(
+            tgt_in, memory, src_key_mask, need_weights=need_weights)
         if need_weights:
-            return logits, Attentions(encoder_weights, self_weights, cross_weights)
-        return logits
+            return logits, Attentions(
+                encoder_weights, self_weights, cross_weights)
+        return logits  # (B, L, V)
 
     @torch.no_grad()
     def generate(

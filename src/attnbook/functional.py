@@ -76,38 +76,53 @@ def attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
-    """Scaled dot-product attention, returning the output and the weights.
+    """Scaled dot-product attention, returning the output and the
+    weights.
 
-    ``weights = softmax(q kᵀ · scale + masks)`` over the keys, ``output = weights v``.
+    ``weights = softmax(q kᵀ · scale + masks)`` over the keys,
+    ``output = weights v``.
 
     Args:
-        q, k, v: query, key and value; any leading dims that broadcast.
-        mask: bool (True = may attend) or floating (added to the scores), broadcastable to
-            (..., L, S); a 2-D mask is (L, S).
-        key_mask: bool (B, S), True on real keys and False on padding.
-        is_causal: query i sees only keys j <= i + S - L (bottom right; PyTorch's ``is_causal``
-            is top left when L != S, and the same when L = S).
+        q, k, v: query, key and value; any leading dims that
+            broadcast.
+        mask: bool (True = may attend) or floating (added to the
+            scores), broadcastable to (..., L, S); a 2-D mask is
+            (L, S).
+        key_mask: bool (B, S), True on real keys and False on
+            padding.
+        is_causal: query i sees only keys j <= i + S - L (bottom
+            right; PyTorch's ``is_causal`` is top left when L != S,
+            and the same when L = S).
         scale: multiplies the scores; defaults to 1/sqrt(D).
-        dropout_p: dropout on the weights (pass 0.0 outside training); the weights returned are
-            the ones applied.
+        dropout_p: dropout on the weights (pass 0.0 outside
+            training); the weights returned are the ones applied.
 
     Returns:
-        (output, weights). A query with nothing to attend to gets zero weights and a zero output.
+        (output, weights). A query with nothing to attend to gets
+        zero weights and a zero output.
 
     Shapes:
-        q (..., L, D), k (..., S, D), v (..., S, Dv), mask (..., L, S), key_mask (B, S)
+        q (..., L, D), k (..., S, D), v (..., S, Dv),
+        mask (..., L, S), key_mask (B, S)
         -> output (..., L, Dv), weights (..., L, S)
     """
-    scores_shape, scale = check.attention_call("attention", q, k, v, mask, key_mask, is_causal, scale, dropout_p)
+    scores_shape, scale = check.attention_call(
+        "attention", q, k, v, mask, key_mask, is_causal, scale,
+        dropout_p,
+    )
     dtype = q.dtype
-    if dtype in LOW_PRECISION:  # fp16/bf16: scores, masks and softmax in fp32, as SDPA does
+    # fp16/bf16: scores, masks and softmax in fp32, as SDPA does
+    if dtype in LOW_PRECISION:
         q, k, v = q.float(), k.float(), v.float()
-        mask = mask if mask is None or mask.dtype == torch.bool else mask.float()
+        if mask is not None and mask.dtype != torch.bool:
+            mask = mask.float()
 
     *_, L, S = scores_shape
     scores = (q * scale) @ k.transpose(-2, -1)  # (..., L, S)
-    allowed = build_mask(L, S, mask=mask, key_mask=key_mask, is_causal=is_causal, ndim=len(scores_shape),
-                         device=q.device)
+    allowed = build_mask(
+        L, S, mask=mask, key_mask=key_mask, is_causal=is_causal,
+        ndim=len(scores_shape), device=q.device,
+    )
     weights = masked_softmax(scores, allowed)  # (..., L, S)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
@@ -146,18 +161,21 @@ def fused_attention(
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
-    """Cut the width into ``num_heads`` slices of D = E / H and move the heads forward.
+    """Cut the width into ``num_heads`` slices of D = E / H and move
+    the heads forward.
 
     Shapes:
         x (B, L, E) -> (B, H, L, D)
     """
     _check_split("split_heads", x, num_heads)
     B, L, E = x.shape
-    return x.view(B, L, num_heads, E // num_heads).transpose(1, 2)  # (B, H, L, D)
+    D = E // num_heads
+    return x.view(B, L, num_heads, D).transpose(1, 2)  # (B, H, L, D)
 
 
 def merge_heads(x: Tensor) -> Tensor:
-    """Undo :func:`split_heads`: put the heads' outputs side by side again.
+    """Undo :func:`split_heads`: put the heads' outputs side by side
+    again.
 
     Shapes:
         x (B, H, L, D) -> (B, L, E) with E = H * D

@@ -105,15 +105,20 @@ class KVCache:
         self.length = 0
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store the keys and values of L new positions; return all S cached so far.
+        """Store the keys and values of L new positions; return all S
+        cached so far.
 
         Shapes:
-            k (B, H, L, D), v (B, H, L, D) -> keys (B, H, S, D), values (B, H, S, D)
+            k (B, H, L, D), v (B, H, L, D)
+            -> keys (B, H, S, D), values (B, H, S, D)
         """
         self._check_append(k, v)
         start, end = self.length, self.length + k.shape[2]
-        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
-            self._keys, self._values = self._keys.clone(), self._values.clone()  # keep earlier steps' reads
+        recording = k.requires_grad or v.requires_grad
+        if torch.is_grad_enabled() and recording:
+            # fresh buffers: what earlier steps read stays as it was
+            self._keys = self._keys.clone()
+            self._values = self._values.clone()
         self._keys[:, :, start:end] = k
         self._values[:, :, start:end] = v
         self.length = end

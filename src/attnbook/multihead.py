@@ -110,22 +110,30 @@ class _MultiHead(nn.Module):
         v = split_heads(F.linear(value, w_v, b_v), self.num_heads)  # (B, H, S, D)
         return q, k, v
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None,
-                key_mask: Tensor | None = None, is_causal: bool, need_weights: bool,
-                average_attn_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """Attention in every head, the heads merged, and the output projection.
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, *,
+        mask: Tensor | None = None, key_mask: Tensor | None = None,
+        is_causal: bool, need_weights: bool,
+        average_attn_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attention in every head, the heads merged, and the output
+        projection.
 
         Shapes:
-            q (B, H, L, D), k and v (B, H, S, D), mask (L, S) | (B, 1, L, S) | (B, H, L, S), key_mask (B, S)
-            -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None
+            q (B, H, L, D), k and v (B, H, S, D), key_mask (B, S),
+            mask (L, S) | (B, 1, L, S) | (B, H, L, S)
+            -> output (B, L, E),
+            weights (B, L, S) | (B, H, L, S) | None
         """
         dropout_p = self.dropout if self.training else 0.0
-        if self.backend == "sdpa":  # the fused path: PyTorch's kernels, which never form the weights
-            out = fused_attention(q, k, v, mask, key_mask=key_mask, is_causal=is_causal, dropout_p=dropout_p)
-            weights = None  # out (B, H, L, D)
+        masks = {"key_mask": key_mask, "is_causal": is_causal}
+        if self.backend == "sdpa":  # fused: never forms the weights
+            out = fused_attention(  # (B, H, L, D)
+                q, k, v, mask, **masks, dropout_p=dropout_p)
+            weights = None
         else:  # the readable path
-            out, weights = attention(q, k, v, mask, key_mask=key_mask, is_causal=is_causal,
-                                     dropout_p=dropout_p)  # (B, H, L, D), (B, H, L, S)
+            out, weights = attention(  # (B, H, L, D), (B, H, L, S)
+                q, k, v, mask, **masks, dropout_p=dropout_p)
         out = self.out_proj(merge_heads(out))  # (B, L, E)
         if need_weights and average_attn_weights:
             weights = weights.mean(dim=1)  # (B, L, S)

@@ -85,14 +85,15 @@ class ScaledDotScore(nn.Module):
 
 
 class BilinearScore(nn.Module):
-    """A learned bilinear form ``scores[b, i, j] = q_i W k_jᵀ`` (Luong's "general" score).
+    """A learned bilinear form ``scores[b, i, j] = q_i W k_jᵀ``
+    (Luong's "general" score).
 
     Args:
         query_dim: Dq, the width of the queries.
         key_dim: Dk, the width of the keys; it may differ from Dq.
 
-    The parameter ``weight`` W has shape (Dq, Dk): Dq·Dk parameters. With Dq = Dk and W = I
-    the score is the dot product.
+    The parameter ``weight`` W has shape (Dq, Dk): Dq·Dk parameters.
+    With Dq = Dk and W = I the score is the dot product.
 
     Shapes:
         queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
@@ -100,9 +101,14 @@ class BilinearScore(nn.Module):
 
     def __init__(self, query_dim: int, key_dim: int) -> None:
         super().__init__()
-        self.query_dim = check.positive_int("BilinearScore", "query_dim", query_dim)
-        self.key_dim = check.positive_int("BilinearScore", "key_dim", key_dim)
-        self.weight = nn.Parameter(torch.empty(query_dim, key_dim))  # (Dq, Dk)
+        self.query_dim = check.positive_int(
+            "BilinearScore", "query_dim", query_dim
+        )
+        self.key_dim = check.positive_int(
+            "BilinearScore", "key_dim", key_dim
+        )
+        # (Dq, Dk)
+        self.weight = nn.Parameter(torch.empty(query_dim, key_dim))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -117,49 +123,65 @@ class BilinearScore(nn.Module):
         return f"query_dim={self.query_dim}, key_dim={self.key_dim}"
 
     def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
-        """Map each query into key space with W, then take dot products with the keys.
+        """Map each query into key space with W, then take dot
+        products with the keys.
 
         Shapes:
             queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
         """
         _check("BilinearScore", queries, keys, same_width=False,
                query_dim=self.query_dim, key_dim=self.key_dim)
-        projected = queries @ self.weight  # (B, L, Dk): each query mapped into key space
+        # each query mapped into key space
+        projected = queries @ self.weight  # (B, L, Dk)
         return projected @ keys.transpose(1, 2)  # (B, L, S)
 
 
 class AdditiveScore(nn.Module):
-    """Bahdanau's additive score, Luong's "concat": ``scores[b, i, j] = vᵀ tanh(W [q_i; k_j] + c)``.
+    """Bahdanau's additive score, Luong's "concat".
+
+    ``scores[b, i, j] = tanh([q_i, k_j] W + b) wᵀ``, with rows as
+    vectors (chapters/notation.md).
 
     Args:
         query_dim: Dq, the width of the queries.
         key_dim: Dk, the width of the keys; it may differ from Dq.
-        hidden_dim: Dh, the width of the hidden layer (the rows of W).
+        hidden_dim: Dh, the width of the hidden layer.
 
-    W (Dh, Dq + Dk) splits into a query block and a key block, ``W [q; k] = W_q q + W_k k``, so
-    :meth:`forward` projects the L queries and the S keys once each and adds them by
-    broadcasting, (B, L, 1, Dh) + (B, 1, S, Dh): the (B, L·S, Dq + Dk) tensor of concatenated
-    pairs is never built. :meth:`forward_concat` computes the same scores the literal way.
-    Parameters: ``query_proj`` (W_q, no bias), ``key_proj`` (W_k and the bias c), ``v``.
+    W (Dq + Dk, Dh) splits into a query block on top of a key block,
+    ``[q, k] W = q W_q + k W_k``, so :meth:`forward` projects the L
+    queries and the S keys once each and adds them by broadcasting,
+    (B, L, 1, Dh) + (B, 1, S, Dh): the (B, L·S, Dq + Dk) tensor of
+    concatenated pairs is never built. :meth:`forward_concat`
+    computes the same scores the literal way. Parameters, stored
+    (out, in) as nn.Linear stores them: ``query_proj`` (W_qᵀ, no
+    bias), ``key_proj`` (W_kᵀ and the bias b), ``v`` (w).
 
     Shapes:
         queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
     """
 
-    def __init__(self, query_dim: int, key_dim: int, hidden_dim: int) -> None:
+    def __init__(self, query_dim: int, key_dim: int,
+                 hidden_dim: int) -> None:
         super().__init__()
-        self.query_dim = check.positive_int("AdditiveScore", "query_dim", query_dim)
-        self.key_dim = check.positive_int("AdditiveScore", "key_dim", key_dim)
-        self.hidden_dim = check.positive_int("AdditiveScore", "hidden_dim", hidden_dim)
-        self.query_proj = nn.Linear(query_dim, hidden_dim, bias=False)  # W_q
-        self.key_proj = nn.Linear(key_dim, hidden_dim, bias=True)  # W_k and the bias c of W
-        self.v = nn.Linear(hidden_dim, 1, bias=False)  # vᵀ
+        where = "AdditiveScore"
+        positive = check.positive_int
+        self.query_dim = positive(where, "query_dim", query_dim)
+        self.key_dim = positive(where, "key_dim", key_dim)
+        self.hidden_dim = positive(where, "hidden_dim", hidden_dim)
+        Dq, Dk, Dh = query_dim, key_dim, hidden_dim
+        self.query_proj = nn.Linear(Dq, Dh, bias=False)  # W_q
+        # W_k and the bias b of W
+        self.key_proj = nn.Linear(Dk, Dh, bias=True)
+        self.v = nn.Linear(hidden_dim, 1, bias=False)  # w
 
     def extra_repr(self) -> str:
-        return f"query_dim={self.query_dim}, key_dim={self.key_dim}, hidden_dim={self.hidden_dim}"
+        return (f"query_dim={self.query_dim}, "
+                f"key_dim={self.key_dim}, "
+                f"hidden_dim={self.hidden_dim}")
 
     def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
-        """Project queries and keys once each, add them by broadcasting, then tanh and v.
+        """Project queries and keys once each, add them by
+        broadcasting, then tanh and w.
 
         Shapes:
             queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
@@ -168,13 +190,17 @@ class AdditiveScore(nn.Module):
                query_dim=self.query_dim, key_dim=self.key_dim)
         q = self.query_proj(queries).unsqueeze(2)  # (B, L, 1, Dh)
         k = self.key_proj(keys).unsqueeze(1)  # (B, 1, S, Dh)
-        hidden = (q + k).tanh_()  # (B, L, S, Dh), in place: one pair-sized tensor, not two
+        # (B, L, S, Dh), in place: one pair-sized tensor, not two
+        hidden = (q + k).tanh_()
         return self.v(hidden).squeeze(-1)  # (B, L, S)
 
-    def forward_concat(self, queries: Tensor, keys: Tensor) -> Tensor:
-        """The same scores, built the literal way: concatenate every (query, key) pair.
+    def forward_concat(self, queries: Tensor,
+                       keys: Tensor) -> Tensor:
+        """The same scores, built the literal way: concatenate every
+        (query, key) pair.
 
-        Materialises (B, L·S, Dq + Dk) tensors; kept to show why :meth:`forward` avoids them.
+        Materialises (B, L·S, Dq + Dk) tensors; kept to show why
+        :meth:`forward` avoids them.
 
         Shapes:
             queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
@@ -185,11 +211,16 @@ class AdditiveScore(nn.Module):
         S = keys.shape[1]
         pairs = torch.cat(
             [
-                queries.repeat_interleave(S, dim=1),  # (B, L·S, Dq): q_0 S times, q_1 S times, ...
-                keys.repeat(1, L, 1),  # (B, L·S, Dk): k_0 .. k_{S-1}, L times
+                # (B, L·S, Dq): q_0 S times, q_1 S times, ...
+                queries.repeat_interleave(S, dim=1),
+                # (B, L·S, Dk): k_0 .. k_{S-1}, L times
+                keys.repeat(1, L, 1),
             ],
             dim=-1,
         )  # (B, L·S, Dq + Dk)
-        weight = torch.cat([self.query_proj.weight, self.key_proj.weight], dim=1)  # (Dh, Dq + Dk)
-        hidden = torch.tanh(pairs @ weight.T + self.key_proj.bias)  # (B, L·S, Dh)
+        # Wᵀ stored as nn.Linear stores it: (Dh, Dq + Dk)
+        weight = torch.cat([self.query_proj.weight,
+                            self.key_proj.weight], dim=1)
+        # (B, L·S, Dh)
+        hidden = torch.tanh(pairs @ weight.T + self.key_proj.bias)
         return self.v(hidden).view(B, L, S)  # (B, L, S)

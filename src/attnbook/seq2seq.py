@@ -53,30 +53,40 @@ def attention_step(
 ) -> tuple[Tensor, Tensor]:
     """One attention step of a seq2seq decoder.
 
-    The decoder state ``s`` is the query; the encoder states ``h_1 .. h_S`` are both keys and
-    values. Score every encoder state against ``s``, normalise the scores with a softmax over the
-    source positions that are not padding, and return the weighted sum of the encoder states
-    (the context) with the weights.
+    The decoder state ``s`` is the query; the encoder states
+    ``h_1 .. h_S`` are both keys and values. Score every encoder
+    state against ``s``, normalise the scores with a softmax over the
+    source positions that are not padding, and return the weighted
+    sum of the encoder states (the context) with the weights.
 
     Args:
         decoder_state: the current decoder state ``s``.
         encoder_states: every encoder state ``h_j``.
         score: a score module from :mod:`attnbook.scores` (or an
             :class:`attnbook.attention.Attention` wrapping one).
-        source_mask: bool, True on real source tokens and False on padding
-            (:func:`attnbook.masks.padding_mask`); None when nothing is padded.
+        source_mask: bool, True on real source tokens and False on
+            padding (:func:`attnbook.masks.padding_mask`); None when
+            nothing is padded.
 
     Returns:
         (context, weights). Padded positions get weight exactly 0.
 
     Shapes:
-        decoder_state (B, Dq), encoder_states (B, S, Dk), source_mask (B, S)
+        decoder_state (B, Dq), encoder_states (B, S, Dk),
+        source_mask (B, S)
         -> context (B, Dk), weights (B, S)
     """
     _check_step(decoder_state, encoder_states, score, source_mask)
-    attend = score if isinstance(score, Attention) else Attention(score)
-    queries = decoder_state.unsqueeze(1)  # (B, 1, Dq): one query per sequence
-    context, weights = attend(queries, encoder_states, encoder_states, key_mask=source_mask)  # (B, 1, Dk), (B, 1, S)
+    if isinstance(score, Attention):
+        attend = score
+    else:
+        attend = Attention(score)
+    # one query per sequence
+    queries = decoder_state.unsqueeze(1)  # (B, 1, Dq)
+    # (B, 1, Dk), (B, 1, S)
+    context, weights = attend(
+        queries, encoder_states, encoder_states, key_mask=source_mask
+    )
     return context.squeeze(1), weights.squeeze(1)  # (B, Dk), (B, S)
 
 
@@ -119,75 +129,119 @@ def _check_source(where: str, src: Tensor, src_lengths: Tensor, vocab_size: int)
 class Encoder(nn.Module):
     """Embed the source tokens and run a GRU over them.
 
-    ``forward`` returns every encoder state (zero on padded positions) and the final state,
-    the state after each sequence's last real token. Because the GRU reads left to right, a
-    padded token can change only states at padded positions, and those are zeroed here and
-    masked by the decoder.
+    ``forward`` returns every encoder state (zero on padded
+    positions) and the final state, the state after each sequence's
+    last real token. Because the GRU reads left to right, a padded
+    token can change only states at padded positions, and those are
+    zeroed here and masked by the decoder.
 
     Shapes:
-        src (B, S), src_lengths (B,) -> states (B, S, Dk), final (B, Dk)
+        src (B, S), src_lengths (B,)
+        -> states (B, S, Dk), final (B, Dk)
     """
 
-    def __init__(self, vocab_size: int = VOCAB_SIZE, embed_dim: int = 64, hidden_dim: int = 64) -> None:
+    def __init__(
+        self,
+        vocab_size: int = VOCAB_SIZE,
+        embed_dim: int = 64,
+        hidden_dim: int = 64,
+    ) -> None:
         super().__init__()
-        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
+        self.embedding = nn.Embedding(
+            vocab_size, embed_dim, padding_idx=PAD
+        )
         self.rnn = nn.GRU(embed_dim, hidden_dim, batch_first=True)
         self.hidden_dim = hidden_dim
 
-    def forward(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """Every encoder state (zero on padding) and each sequence's final state.
+    def forward(
+        self, src: Tensor, src_lengths: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Every encoder state (zero on padding) and each sequence's
+        final state.
 
         Shapes:
-            src (B, S), src_lengths (B,) -> states (B, S, Dk), final (B, Dk)
+            src (B, S), src_lengths (B,)
+            -> states (B, S, Dk), final (B, Dk)
         """
-        _check_source("Encoder", src, src_lengths, self.embedding.num_embeddings)
+        vocab_size = self.embedding.num_embeddings
+        _check_source("Encoder", src, src_lengths, vocab_size)
         states, _ = self.rnn(self.embedding(src))  # (B, S, Dk)
-        real = padding_mask(src_lengths, max_len=src.shape[1])  # (B, S)
-        states = states * real.unsqueeze(-1)  # (B, S, Dk), zero on padding
+        S = src.shape[1]
+        real = padding_mask(src_lengths, max_len=S)  # (B, S)
+        # zero on padding
+        states = states * real.unsqueeze(-1)  # (B, S, Dk)
         rows = torch.arange(src.shape[0], device=src.device)  # (B,)
         final = states[rows, src_lengths - 1]  # (B, Dk)
         return states, final
 
 
 class BottleneckDecoder(nn.Module):
-    """A GRU decoder that starts from the encoder's final state and never sees the encoder again.
+    """A GRU decoder that starts from the encoder's final state and
+    never sees the encoder again.
 
-    ``step`` and ``forward`` take the encoder states and the source mask only to share one
-    interface with :class:`AttentionDecoder`; they ignore them.
+    ``step`` and ``forward`` take the encoder states and the source
+    mask only to share one interface with :class:`AttentionDecoder`;
+    they ignore them.
 
     Shapes:
-        step: token (B,), state (B, Dq) -> logits (B, V), state (B, Dq), None
-        forward: tgt_in (B, T), initial state (B, Dq) -> logits (B, T, V), None
+        step: token (B,), state (B, Dq)
+              -> logits (B, V), state (B, Dq), None
+        forward: tgt_in (B, T), initial state (B, Dq)
+                 -> logits (B, T, V), None
     """
 
     uses_attention = False
 
-    def __init__(self, vocab_size: int = VOCAB_SIZE, embed_dim: int = 64, hidden_dim: int = 64) -> None:
+    def __init__(
+        self,
+        vocab_size: int = VOCAB_SIZE,
+        embed_dim: int = 64,
+        hidden_dim: int = 64,
+    ) -> None:
         super().__init__()
-        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
+        self.embedding = nn.Embedding(
+            vocab_size, embed_dim, padding_idx=PAD
+        )
         self.rnn = nn.GRU(embed_dim, hidden_dim, batch_first=True)
         self.out = nn.Linear(hidden_dim, vocab_size)
 
-    def step(self, token: Tensor, state: Tensor, encoder_states: Tensor | None = None,
-             source_mask: Tensor | None = None) -> tuple[Tensor, Tensor, None]:
+    def step(
+        self,
+        token: Tensor,
+        state: Tensor,
+        encoder_states: Tensor | None = None,
+        source_mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, None]:
         """One decoding step from the previous token.
 
         Shapes:
-            token (B,), state (B, Dq) -> logits (B, V), state (B, Dq), None
+            token (B,), state (B, Dq)
+            -> logits (B, V), state (B, Dq), None
         """
-        output, _ = self.rnn(self.embedding(token).unsqueeze(1), state.unsqueeze(0))  # (B, 1, Dq)
+        inputs = self.embedding(token).unsqueeze(1)  # (B, 1, E)
+        # (B, 1, Dq)
+        output, _ = self.rnn(inputs, state.unsqueeze(0))
         state = output.squeeze(1)  # (B, Dq)
         return self.out(state), state, None
 
-    def forward(self, tgt_in: Tensor, initial_state: Tensor, encoder_states: Tensor | None = None,
-                source_mask: Tensor | None = None) -> tuple[Tensor, None]:
+    def forward(
+        self,
+        tgt_in: Tensor,
+        initial_state: Tensor,
+        encoder_states: Tensor | None = None,
+        source_mask: Tensor | None = None,
+    ) -> tuple[Tensor, None]:
         """Teacher forcing over a whole target.
 
         Shapes:
-            tgt_in (B, T), initial_state (B, Dq) -> logits (B, T, V), None
+            tgt_in (B, T), initial_state (B, Dq)
+            -> logits (B, T, V), None
         """
-        # Teacher forcing: every input token is known, so one GRU call runs all T steps.
-        outputs, _ = self.rnn(self.embedding(tgt_in), initial_state.unsqueeze(0))  # (B, T, Dq)
+        # Teacher forcing: every input token is known, so one GRU
+        # call runs all T steps.
+        inputs = self.embedding(tgt_in)  # (B, T, E)
+        # (B, T, Dq)
+        outputs, _ = self.rnn(inputs, initial_state.unsqueeze(0))
         return self.out(outputs), None  # (B, T, V)
 
 
@@ -230,17 +284,30 @@ class AttentionDecoder(nn.Module):
         self.cell = nn.GRUCell(embed_dim + encoder_dim, hidden_dim)
         self.out = nn.Linear(hidden_dim + encoder_dim, vocab_size)
 
-    def step(self, token: Tensor, state: Tensor, encoder_states: Tensor,
-             source_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def step(
+        self,
+        token: Tensor,
+        state: Tensor,
+        encoder_states: Tensor,
+        source_mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """One decoding step: attend, update the state, predict.
 
         Shapes:
-            token (B,), state (B, Dq), encoder_states (B, S, Dk), source_mask (B, S)
+            token (B,), state (B, Dq), encoder_states (B, S, Dk),
+            source_mask (B, S)
             -> logits (B, V), state (B, Dq), weights (B, S)
         """
-        context, weights = attention_step(state, encoder_states, self.attention, source_mask)  # (B, Dk), (B, S)
-        state = self.cell(torch.cat([self.embedding(token), context], dim=-1), state)  # (B, Dq)
-        logits = self.out(torch.cat([state, context], dim=-1))  # (B, V)
+        # (B, Dk), (B, S)
+        context, weights = attention_step(
+            state, encoder_states, self.attention, source_mask
+        )
+        # (B, E + Dk)
+        inputs = torch.cat([self.embedding(token), context], dim=-1)
+        state = self.cell(inputs, state)  # (B, Dq)
+        # (B, Dq + Dk)
+        features = torch.cat([state, context], dim=-1)
+        logits = self.out(features)  # (B, V)
         return logits, state, weights
 
     def forward(self, tgt_in: Tensor, initial_state: Tensor, encoder_states: Tensor,

@@ -34,93 +34,122 @@ def tiled_attention(
     scale: float | None = None,
     block_size: int = 128,
 ) -> Tensor:
-    """Scaled dot-product attention computed block by block, never holding the L x S weights.
+    """Scaled dot-product attention computed block by block, never
+    holding the L x S weights.
 
-    The keys are visited in blocks of ``block_size``. For every query the loop keeps a running
-    maximum ``m`` of its scores, a running normaliser ``l = sum exp(score - m)`` and an
-    accumulator ``acc = sum exp(score - m) v``; when a block raises the maximum, ``l`` and ``acc``
-    are rescaled by ``exp(m_old - m_new)`` (the online softmax of Milakov and Gimelshein, as
-    used by FlashAttention). At the end ``output = acc / l``. Queries are processed in blocks
-    of ``max(1, TILE_SCORES // block_size)`` rows, so the largest temporary is a tile of about
-    ``TILE_SCORES`` scores (times the leading dims), whatever L and S are. Under ``is_causal``
-    the key blocks that a block of queries cannot see are skipped.
+    The keys are visited in blocks of ``block_size``. For every query
+    the loop keeps a running maximum ``m`` of its scores, a running
+    normaliser ``l = sum exp(score - m)`` and an accumulator
+    ``acc = sum exp(score - m) v``; when a block raises the maximum,
+    ``l`` and ``acc`` are rescaled by ``exp(m_old - m_new)`` (the
+    online softmax of Milakov and Gimelshein, as used by
+    FlashAttention). At the end ``output = acc / l``. Queries are
+    processed in blocks of ``max(1, TILE_SCORES // block_size)``
+    rows, so the largest temporary is a tile of about
+    ``TILE_SCORES`` scores (times the leading dims), whatever L and S
+    are. Under ``is_causal`` the key blocks that a block of queries
+    cannot see are skipped.
 
-    Same arguments, masks and result as :func:`attnbook.functional.attention` (without the
-    weights, and without dropout); each tile is masked by the same rule
-    (:func:`attnbook.masks.combine_masks`), and a query with nothing to attend to gets a zero
-    output. fp16/bf16 inputs are computed in fp32 and the output is cast back. Autograd works
-    through the loop, but it keeps every tile for the backward pass: the memory saving is for
-    inference.
+    Same arguments, masks and result as
+    :func:`attnbook.functional.attention` (without the weights, and
+    without dropout); each tile is masked by the same rule
+    (:func:`attnbook.masks.combine_masks`), and a query with nothing
+    to attend to gets a zero output. fp16/bf16 inputs are computed
+    in fp32 and the output is cast back. Autograd works through the
+    loop, but it keeps every tile for the backward pass: the memory
+    saving is for inference.
 
     Args:
-        q, k, v: query, key and value; any number of leading dims that broadcast.
-        mask: bool (True = may attend) or floating (added to the scores), broadcastable to (..., L, S).
-        key_mask: bool (B, S), True on real keys and False on padding.
-        is_causal: query i sees only keys j <= i + S - L (bottom right).
+        q, k, v: query, key and value; any number of leading dims
+            that broadcast.
+        mask: bool (True = may attend) or floating (added to the
+            scores), broadcastable to (..., L, S).
+        key_mask: bool (B, S), True on real keys, False on padding.
+        is_causal: query i sees only keys j <= i + S - L (bottom
+            right).
         scale: multiplies the scores; defaults to 1/sqrt(D).
         block_size: keys per block (a positive int).
 
     Shapes:
-        q (..., L, D), k (..., S, D), v (..., S, Dv), mask (..., L, S), key_mask (B, S) -> output (..., L, Dv)
+        q (..., L, D), k (..., S, D), v (..., S, Dv),
+        mask (..., L, S), key_mask (B, S) -> output (..., L, Dv)
     """
-    scores_shape, scale = check.attention_call("tiled_attention", q, k, v, mask, key_mask, is_causal, scale, 0.0)
+    scores_shape, scale = check.attention_call(
+        "tiled_attention", q, k, v, mask, key_mask, is_causal, scale,
+        0.0)
     check.positive_int("tiled_attention", "block_size", block_size)
     dtype = q.dtype
-    if dtype in LOW_PRECISION:  # accumulate in fp32, as the softmax does
+    if dtype in LOW_PRECISION:  # accumulate in fp32, as softmax does
         q, k, v = q.float(), k.float(), v.float()
-        mask = mask if mask is None or mask.dtype == torch.bool else mask.float()
-    if key_mask is not None:
-        key_mask = expand_key_mask(key_mask, len(scores_shape))  # (B, 1, ..., 1, S)
+        if mask is not None and mask.dtype != torch.bool:
+            mask = mask.float()
+    if key_mask is not None:  # (B, 1, ..., 1, S)
+        key_mask = expand_key_mask(key_mask, len(scores_shape))
     *lead, L, S = scores_shape
 
-    q = q * scale  # (..., L, D): scaling the queries once is cheaper than scaling every tile
+    q = q * scale  # (..., L, D): cheaper than scaling every tile
     kt = k.transpose(-2, -1)  # (..., D, S)
-    output = q.new_zeros((*lead, L, v.shape[-1]))  # (..., L, Dv)
+    Dv = v.shape[-1]
+    output = q.new_zeros((*lead, L, Dv))  # (..., L, Dv)
     rows_per_tile = max(1, TILE_SCORES // block_size)
     for i0 in range(0, L, rows_per_tile):
         rows = slice(i0, min(i0 + rows_per_tile, L))
         Lb = rows.stop - rows.start
-        # The running maximum starts at the lowest finite number rather than -inf: a row that has met
-        # only blocked keys then gets exp(-inf - lowest) = 0 and a finite correction, never NaN.
-        m = q.new_full((*lead, Lb, 1), torch.finfo(q.dtype).min)  # running max (..., Lb, 1)
-        l = q.new_zeros((*lead, Lb, 1))  # running normaliser (..., Lb, 1)
-        acc = q.new_zeros((*lead, Lb, v.shape[-1]))  # running weighted sum (..., Lb, Dv)
-        # Under is_causal, query i sees keys j <= i + S - L: the last row of the block sees the most.
+        # The running maximum starts at the lowest finite number, not
+        # -inf: a row that has met only blocked keys then gets
+        # exp(-inf - lowest) = 0 and a finite correction, never NaN.
+        lowest = torch.finfo(q.dtype).min
+        m = q.new_full((*lead, Lb, 1), lowest)  # running max
+        l = q.new_zeros((*lead, Lb, 1))  # running normaliser
+        acc = q.new_zeros((*lead, Lb, Dv))  # running weighted sum
+        # Under is_causal, query i sees keys j <= i + S - L: the last
+        # row of the block sees the most.
         visible = min(S, rows.stop + S - L) if is_causal else S
         for j0 in range(0, max(visible, 0), block_size):
             cols = slice(j0, min(j0 + block_size, S))
             scores = q[..., rows, :] @ kt[..., cols]  # (..., Lb, Sb)
-            in_future = is_causal and cols.stop - 1 > rows.start + S - L  # some key lies in some row's future
-            tile_mask = combine_masks(
-                _block(mask, rows, cols),
-                _block(key_mask, rows, cols),
-                causal_mask(L, S, q.device, rows=rows, cols=cols) if in_future else None,  # (Lb, Sb)
-            )
-            scores = apply_mask(scores, tile_mask)  # -inf where blocked
-            m, l, acc, _ = online_softmax_step(m, l, acc, scores, v[..., cols, :])
-        # Rows that attended to nothing have l = 0 and acc = 0: their output stays 0.
+            # does some key lie in some row's future?
+            last_seen = rows.start + S - L  # first row's last key
+            in_future = is_causal and cols.stop - 1 > last_seen
+            causal = None
+            if in_future:
+                causal = causal_mask(L, S, q.device, rows=rows,
+                                     cols=cols)  # (Lb, Sb)
+            tile_mask = combine_masks(_block(mask, rows, cols),
+                                      _block(key_mask, rows, cols),
+                                      causal)
+            scores = apply_mask(scores, tile_mask)  # -inf: blocked
+            m, l, acc, _ = online_softmax_step(m, l, acc, scores,
+                                               v[..., cols, :])
+        # Rows that attended to nothing have l = 0 and acc = 0: their
+        # output stays 0.
         output[..., rows, :] = acc / torch.where(l > 0, l, 1.0)
     return output.to(dtype)
 
 
-def online_softmax_step(m: Tensor, l: Tensor, acc: Tensor, scores: Tensor, values: Tensor
-                        ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Fold one tile of scores into the running maximum ``m``, normaliser ``l`` and weighted sum ``acc``.
+def online_softmax_step(
+    m: Tensor, l: Tensor, acc: Tensor, scores: Tensor, values: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Fold one tile of scores into the running maximum ``m``, the
+    normaliser ``l`` and the weighted sum ``acc``.
 
-    When the tile raises the maximum, the sums so far are rescaled by ``correction = exp(m_old - m_new)``
-    so that every term stays ``exp(score - m)`` for the current ``m``. Blocked keys (score -inf)
-    add exactly 0.
+    When the tile raises the maximum, the sums so far are rescaled by
+    ``correction = exp(m_old - m_new)``, so that every term stays
+    ``exp(score - m)`` for the current ``m``. Blocked keys (score
+    -inf) add exactly 0.
 
     Returns:
         (m, l, acc, correction) after the tile.
 
     Shapes:
-        m, l (..., Lb, 1), acc (..., Lb, Dv), scores (..., Lb, Sb), values (..., Sb, Dv)
-        -> m, l (..., Lb, 1), acc (..., Lb, Dv), correction (..., Lb, 1)
+        m, l (..., Lb, 1), acc (..., Lb, Dv), scores (..., Lb, Sb),
+        values (..., Sb, Dv) -> m, l (..., Lb, 1), acc (..., Lb, Dv),
+        correction (..., Lb, 1)
     """
-    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., Lb, 1)
-    p = (scores - m_new).exp_()  # (..., Lb, Sb), exactly 0 where blocked
-    correction = torch.exp(m - m_new)  # (..., Lb, 1), rescales the old sums
+    tile_max = scores.amax(dim=-1, keepdim=True)  # (..., Lb, 1)
+    m_new = torch.maximum(m, tile_max)  # (..., Lb, 1)
+    p = (scores - m_new).exp_()  # (..., Lb, Sb), 0 where blocked
+    correction = torch.exp(m - m_new)  # (..., Lb, 1): rescales
     l = l * correction + p.sum(dim=-1, keepdim=True)  # (..., Lb, 1)
     acc = acc * correction + p @ values  # (..., Lb, Dv)
     return m_new, l, acc, correction

@@ -43,6 +43,8 @@ from . import ch06_queries_keys_values  # noqa: E402,F401
 from . import ch07_masking  # noqa: E402,F401
 from .ch07_masking import causal_mask_choices  # noqa: E402
 from . import ch08_multi_head_attention  # noqa: E402,F401
+from . import ch08b_transformer_block  # noqa: E402,F401
+from . import ch08c_cross_attention  # noqa: E402,F401
 from . import ch09_attention_at_scale  # noqa: E402,F401
 
 __all__ = ["Feedback", "check", "describe", "parts", "exercise_ids", "EXERCISES", "causal_mask_choices",

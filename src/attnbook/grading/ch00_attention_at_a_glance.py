@@ -8,8 +8,8 @@ import torch
 
 from ..functional import attention, masked_softmax
 from ..masks import padding_mask
-from .compare import Wrong, compare, matmul_hint, same
-from .harness import call, exercise, part
+from .compare import Wrong, check_number, compare, matmul_hint, same
+from .harness import answer, call, exercise, part
 from .mistakes import rows_hint, sdpa_variants, softmax_variants
 
 # ------------------------------------------------------------------------------------------------
@@ -187,3 +187,51 @@ def weights_shape_weights(case):
 @part(WEIGHTS_SHAPE, "output")
 def weights_shape_output(case):
     yield from shapes_check(1, case)
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 0.4: sharp_scale (experiment)
+# ------------------------------------------------------------------------------------------------
+
+SHARP_SCALE = exercise(
+    "sharp_scale",
+    "answer: a number, the smallest scale (within 1%) at which EVERY row of the chapter's "
+    "self-attention weights, attention(keys, keys, values, scale=scale)[1] for the four tokens "
+    "the, cat, sat, down, puts more than 0.9 of its weight on one key.")
+
+# The chapter's keys (S, D) = (4, 2): the, cat, sat, down. The values do not change the weights.
+SHARP_KEYS = torch.tensor([[0.1, 0.0], [2.0, 0.2], [0.2, 2.0], [0.0, 1.0]], dtype=torch.float64)
+SHARP_LEVEL = 0.9
+
+
+def sharp_row_maxima(scale: float) -> Tensor:
+    """The largest weight of each row at ``scale``, (L,)."""
+    _, weights = attention(SHARP_KEYS, SHARP_KEYS, SHARP_KEYS, scale=scale)  # (L, S)
+    return weights.max(dim=-1).values
+
+
+def smallest_scale(holds, low: float = 1e-3, high: float = 1e4) -> float:
+    """The smallest scale at which ``holds(row_maxima)`` is true (it stays true above it: a row's
+    largest softmax weight grows with the scale)."""
+    for _ in range(200):
+        middle = (low * high) ** 0.5
+        low, high = (low, middle) if holds(sharp_row_maxima(middle)) else (middle, high)
+    return high
+
+
+@part(SHARP_SCALE, "value")
+def sharp_scale_value(case):
+    got = yield answer()
+    every = smallest_scale(lambda top: bool((top > SHARP_LEVEL).all()))
+    wrong = [
+        ("That is where the MEAN of the rows' largest weights passes 0.9; the question asks for "
+         "EVERY row (the row of 'the' is the last to get sharp).",
+         smallest_scale(lambda top: top.mean().item() > SHARP_LEVEL)),
+        ("At that scale the rows of cat, sat and down are sharp, but not the row of 'the': every "
+         "row must pass 0.9.", smallest_scale(lambda top: bool((top[1:] > SHARP_LEVEL).all()))),
+        ("That is the scale times √D: pass the scale to attention(..., scale=scale) as it is; it "
+         "replaces 1/√D, it does not multiply it.", every * 2 ** 0.5),
+        ("That is where ANY row passes 0.9; the question asks for every row.",
+         smallest_scale(lambda top: bool((top > SHARP_LEVEL).any()))),
+    ]
+    check_number(got, every, "the smallest scale", wrong, rel_tol=0.01, abs_tol=0)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import torch
 
 from ..functional import masked_softmax
+from ..data import PAD, ReversalTask, make_batch
 from ..masks import padding_mask
-from .compare import compare
-from .harness import call, exercise, part
+from .compare import Wrong, check_number, compare
+from .harness import answer, call, exercise, part
 from .mistakes import M_POLARITY
 
 # ------------------------------------------------------------------------------------------------
@@ -107,3 +108,115 @@ def masked_mean_empty(case):
     outputs = case.randn(3, 5, 2)
     lengths = [3, 0, 5] if case.seed == 0 else [case.randint(1, 5), 0, case.randint(1, 5)]
     yield from masked_mean_case(outputs, padding_mask(lengths, max_len=5))
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 1.3: padding_fraction (experiment)
+# ------------------------------------------------------------------------------------------------
+
+PADDING_FRACTION = exercise(
+    "padding_fraction",
+    "answer: a dict {'seed': int, 'fraction': float}: the fraction of the positions of tgt_out that "
+    "are <pad> in make_batch(*ReversalTask(min_len=4, max_len=24).sample(64, seed=seed)).")
+
+
+def padding_batch(seed: int):
+    """The batch the exercise measures: 64 pairs drawn with ``seed``."""
+    return make_batch(*ReversalTask(min_len=4, max_len=24).sample(64, seed=seed))
+
+
+@part(PADDING_FRACTION, "fraction")
+def padding_fraction_value(case):
+    got = yield answer()
+    if not isinstance(got, dict):
+        raise Wrong(f"Your answer is {type(got).__name__}; expected a dict "
+                    "{'seed': ..., 'fraction': ...}.")
+    seed = got.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+        raise Wrong(f"Your answer's 'seed' is {seed!r:.40}; expected the int you passed to "
+                    "task.sample.")
+    batch = padding_batch(seed)
+    padded = batch.tgt_out == PAD  # (B, L)
+    ref = padded.float().mean().item()
+    wrong = [
+        ("That is the fraction of the SOURCE batch (src) that is padding; the question asks about "
+         "tgt_out, which is one token longer per pair (its <eos>).",
+         (batch.src == PAD).float().mean().item()),
+        ("That is the fraction of REAL tokens; the question asks for the padding.", 1 - ref),
+        ("That is the number of padded positions; divide by the number of positions of tgt_out.",
+         float(padded.sum())),
+    ]
+    check_number(got.get("fraction"), ref, f"the padding of tgt_out (seed {seed})", wrong,
+                 rel_tol=0, abs_tol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 1.4: bottleneck_parameters (derivation)
+# ------------------------------------------------------------------------------------------------
+
+BOTTLENECK_PARAMETERS = exercise(
+    "bottleneck_parameters",
+    "fn(vocab_size, embed_dim, hidden_dim) -> int: the number of parameters of "
+    "build_model('none', hidden_dim=hidden_dim, embed_dim=embed_dim, vocab_size=vocab_size), "
+    "derived from the sizes (an Encoder and a BottleneckDecoder, as the chapter shows them).",
+    blocks=["attnbook.seq2seq.build_model", "attnbook.seq2seq.Encoder",
+            "attnbook.seq2seq.BottleneckDecoder"])
+
+PUBLIC_MODEL_SIZES = [(13, 64, 64), (13, 16, 32), (20, 8, 4)]
+
+
+def model_sizes(case) -> list[tuple[int, int, int]]:
+    """The visible sizes, or three random ones in which the three sizes differ."""
+    if case.seed == 0:
+        return PUBLIC_MODEL_SIZES
+    sizes = []
+    while len(sizes) < 3:
+        V, E, H = case.randint(5, 40), case.randint(2, 48), case.randint(2, 48)
+        if len({V, E, H}) == 3:
+            sizes.append((V, E, H))
+    return sizes
+
+
+def counted(V: int, E: int, H: int) -> int:
+    """The parameters of the bottleneck model, counted on the model itself."""
+    from ..seq2seq import build_model
+
+    model = build_model("none", hidden_dim=H, embed_dim=E, vocab_size=V)
+    return sum(p.numel() for p in model.parameters())
+
+
+@part(BOTTLENECK_PARAMETERS, "count")
+def bottleneck_parameters_count(case):
+    sizes = model_sizes(case)
+    answers = yield [call(*s) for s in sizes]
+    for (V, E, H), got in zip(sizes, answers):
+        ref = counted(V, E, H)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, bool) or not isinstance(got, int):
+            raise Wrong(f"For vocab_size={V}, embed_dim={E}, hidden_dim={H} your function returned "
+                        f"{got!r:.60}; it should return an int.")
+        if got == ref:
+            continue
+        gru = 3 * (E * H + H * H + 2 * H)  # three gates, each with an input and a hidden bias
+        named = {
+            ref - 2 * 3 * H: "nn.GRU has TWO bias vectors per gate (b_ih and b_hh): 6·hidden_dim "
+                             "biases per GRU, not 3·hidden_dim.",
+            ref - 2 * gru + 2 * (E * H + H * H + 2 * H): "a GRU has three sets of weights (reset "
+                                                          "gate, update gate, new state), not one.",
+            ref + 2 * (E * H + H * H + 2 * H): "that is an LSTM's count (four sets of weights); a GRU "
+                                               "has three.",
+            ref - V: "the output layer nn.Linear(hidden_dim, vocab_size) has a bias of vocab_size "
+                     "numbers too.",
+            ref - H * V - V: "you left out the output layer nn.Linear(hidden_dim, vocab_size) that "
+                             "turns each decoder state into scores over the vocabulary.",
+            ref - V * E: "the encoder and the decoder each have their own embedding table "
+                         "(vocab_size x embed_dim).",
+            ref - V * E - gru: "you counted only one of the two GRUs and one embedding: the encoder "
+                               "and the decoder each have both.",
+        }
+        note = named.get(got)
+        raise Wrong(f"For vocab_size={V}, embed_dim={E}, hidden_dim={H} you counted {got} "
+                    f"parameters; the model has {ref}."
+                    + (f" Mistake: {note}" if note else " Count each module of the Encoder and the "
+                       "BottleneckDecoder: embedding, GRU (weights and biases), output layer."))

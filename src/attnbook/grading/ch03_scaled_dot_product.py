@@ -93,3 +93,63 @@ def score_variance_scaled(case):
             ("Dividing by √E divides the variance by E, giving 1; 1/E is what dividing by E would give.", 1 / E),
             ("You kept the unscaled variance E; dividing by √E divides it by E.", E),
         ])
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 3.3: attention_entropy (experiment)
+# ------------------------------------------------------------------------------------------------
+
+ATTENTION_ENTROPY = exercise(
+    "attention_entropy",
+    "fn(q (n, 1, D), k (n, S, D), scale) -> float: the mean over the n queries of the entropy, in "
+    "nats, of the weights softmax(scale · q kᵀ) over the S keys (0 log 0 = 0).")
+
+
+def _entropy(weights):
+    """Entropy in nats of each row of weights (..., S)."""
+    return -torch.special.xlogy(weights, weights).sum(-1)
+
+
+def entropy_case(case, D: int, scale_of, what: str):
+    """Measure the mean entropy on n seeded queries with their own S keys; ``scale_of(D)``."""
+    from ..functional import attention
+
+    n, S = case.size(200, 50, 300), case.size(16, 8, 24)
+    q, k = case.randn(n, 1, D), case.randn(n, S, D)
+    scale = scale_of(D)
+    out = yield call(q, k, scale)
+    scores = q @ k.transpose(-2, -1)  # (n, 1, S)
+    _, weights = attention(q, k, k, scale=scale)  # (n, 1, S)
+    ref = _entropy(weights).mean().item()
+    if isinstance(out, float) and math.isnan(out):
+        raise Wrong(f"Your mean entropy for {what} is NaN. A weight that is exactly 0 makes "
+                    "`w * torch.log(w)` compute 0 · (-inf) = NaN; the entropy counts 0 log 0 as 0: "
+                    "use `torch.special.xlogy(w, w)`.")
+    check_number(out, ref, f"the mean entropy for {what}", [
+        ("That is the entropy in bits (log base 2); the chapter measures it in nats, with the "
+         "natural log.", ref / math.log(2)),
+        ("The entropy is minus the sum of w log w; you left out the minus sign.", -ref),
+        ("You summed the entropies of the queries; take their mean.", ref * n),
+        ("You did not apply `scale` to the scores before the softmax.",
+         _entropy(torch.softmax(scores, -1)).mean().item()),
+        ("Your softmax ran over the queries, not over the S keys (the last dimension).",
+         _entropy(torch.softmax(scores * scale, -2)).mean().item()),
+    ], rel_tol=1e-4, abs_tol=1e-5)
+
+
+@part(ATTENTION_ENTROPY, "scaled")
+def attention_entropy_scaled(case):
+    D = case.size(64, 16, 256)
+    yield from entropy_case(case, D, lambda D: 1 / math.sqrt(D), f"scale 1/√D at D = {D}")
+
+
+@part(ATTENTION_ENTROPY, "saturated")
+def attention_entropy_saturated(case):
+    D = case.size(1024, 512, 2048)
+    yield from entropy_case(case, D, lambda D: 1.0, f"no scaling at D = {D}")
+
+
+@part(ATTENTION_ENTROPY, "uniform")
+def attention_entropy_uniform(case):
+    D = case.size(8, 4, 32)
+    yield from entropy_case(case, D, lambda D: 0.0, "scale 0, where every row is uniform")

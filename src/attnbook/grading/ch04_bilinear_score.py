@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from ..scores import BilinearScore, ScaledDotScore
-from .compare import Wrong, compare, matmul_hint, same
+from .compare import Wrong, check_number, compare, matmul_hint, same
 from .harness import call, exercise, part
 
 # ------------------------------------------------------------------------------------------------
@@ -102,3 +102,63 @@ def equals_dot_check(case):
     if not same(bilinear_ref(q, W.float(), k), ScaledDotScore()(q, k)):
         raise Wrong("With your weight the bilinear score differs from the scaled dot score on random "
                     "queries and keys.")
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 4.3: bilinear_cost (derivation)
+# ------------------------------------------------------------------------------------------------
+
+BILINEAR_COST = exercise(
+    "bilinear_cost",
+    "fn(L, S, Dq, Dk) -> (parameters, multiply_adds): the learned parameters of "
+    "attnbook.scores.BilinearScore(Dq, Dk), and the multiply-adds it does for one sequence of L "
+    "queries and S keys, computed as (Q W) Kᵀ.")
+
+
+def _measured_cost(L: int, S: int, Dq: int, Dk: int) -> tuple[int, int]:
+    """Parameters and multiply-adds of the package's BilinearScore, counted by PyTorch."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    score = BilinearScore(Dq, Dk)
+    queries, keys = torch.randn(1, L, Dq), torch.randn(1, S, Dk)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        score(queries, keys)
+    return sum(p.numel() for p in score.parameters()), counter.get_total_flops() // 2
+
+
+def cost_answers(case):
+    if case.seed == 0:
+        sizes = [(64, 64, 256, 256), (10, 50, 6, 12)]
+    else:
+        sizes = [tuple(case.randint(2, 80) for _ in range(4)) for _ in range(2)]
+    answers = yield [call(*size) for size in sizes]
+    for size, ans in zip(sizes, answers):
+        if not (isinstance(ans, (tuple, list)) and len(ans) == 2):
+            raise Wrong(f"For (L, S, Dq, Dk) = {size} your function returned {ans!r:.60}; expected two "
+                        "numbers (parameters, multiply_adds).")
+    return list(zip(sizes, answers))
+
+
+@part(BILINEAR_COST, "parameters")
+def bilinear_cost_parameters(case):
+    for (L, S, Dq, Dk), ans in (yield from cost_answers(case)):
+        params, _ = _measured_cost(L, S, Dq, Dk)
+        check_number(ans[0], params, f"the parameters with Dq={Dq}, Dk={Dk}", [
+            ("W is a (Dq, Dk) matrix: Dq · Dk parameters, not Dq².", Dq * Dq),
+            ("W is a (Dq, Dk) matrix: Dq · Dk parameters, not Dk².", Dk * Dk),
+            ("The score has no bias: only the Dq · Dk entries of W.", Dq * Dk + Dk),
+        ])
+
+
+@part(BILINEAR_COST, "multiply_adds")
+def bilinear_cost_multiply_adds(case):
+    for (L, S, Dq, Dk), ans in (yield from cost_answers(case)):
+        _, madds = _measured_cost(L, S, Dq, Dk)
+        check_number(ans[1], madds, f"the multiply-adds with (L, S, Dq, Dk) = {(L, S, Dq, Dk)}", [
+            ("That counts FLOPs, two per multiply-add; count each multiply-add once.", 2 * madds),
+            ("You counted only the scores (Q W) Kᵀ, L · S · Dk; add the projection Q W, L · Dq · Dk.",
+             L * S * Dk),
+            ("You counted only the projection Q W, L · Dq · Dk; add the scores, L · S · Dk.", L * Dq * Dk),
+            ("That is the cost of Q (W Kᵀ), projecting the keys; the package computes (Q W) Kᵀ: "
+             "L · Dq · Dk + L · S · Dk.", S * Dq * Dk + L * S * Dq),
+        ])

@@ -1,10 +1,11 @@
-"""Chapter 5b, four scores side by side: what each score costs in parameters, and which accept
-queries and keys of different widths."""
+"""Chapter 5b, four scores side by side: what each score costs in parameters, which accept
+queries and keys of different widths, and what the shipped models score on the longest sources."""
 
 from __future__ import annotations
 
 from torch import nn
 
+from ..experiments import load_results
 from ..scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
 from .compare import Wrong, check_number
 from .harness import answer, call, exercise, part
@@ -126,3 +127,49 @@ def widths_cannot(case):
     notes = [n for n in notes if n]
     if notes:
         raise Wrong("Not quite: " + "; ".join(notes) + ".")
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 5b.3: longest_exact (experiment; checked against the shipped results)
+# ------------------------------------------------------------------------------------------------
+
+LONGEST = exercise(
+    "longest_exact",
+    "answer: a dict {'dot': float, 'scaled_dot': float}: the exact-match accuracy (a fraction) of the "
+    "shipped dot and scaled dot models trained with seed 2, on the test sources of exactly 24 digits.")
+
+LONGEST_SEED, LONGEST_LENGTH = 2, 24
+
+
+def _exact_at(results: dict, score: str, seed: int, length: int, metric: str = "exact") -> float:
+    evaluation = results["runs"][f"{score}/seed{seed}"]["evaluation"]
+    return evaluation[metric][evaluation["lengths"].index(length)]
+
+
+def longest_part(score: str):
+    def run(case):
+        got = yield answer()
+        if not isinstance(got, dict) or score not in got:
+            raise Wrong(f"Your answer is {got!r:.60}; expected a dict with the keys 'dot' and 'scaled_dot'.")
+        results = load_results()
+        seeds = sorted({r["seed"] for r in results["runs"].values()})
+        own = _exact_at(results, score, LONGEST_SEED, LONGEST_LENGTH)
+        wrong = [("That is a percentage; give the fraction of sources right (between 0 and 1).", 100 * own),
+                 ("That is the token accuracy (digits right); the question asks for exact match (whole "
+                  "sources right).", _exact_at(results, score, LONGEST_SEED, LONGEST_LENGTH, "token")),
+                 ("That is the mean over the seeds; the question asks for the model of seed 2.",
+                  sum(_exact_at(results, score, s, LONGEST_LENGTH) for s in seeds) / len(seeds)),
+                 ("That is the mean over the lengths 19 to 24; the question asks for length 24 only.",
+                  sum(_exact_at(results, score, LONGEST_SEED, n) for n in range(19, 25)) / 6)]
+        wrong += [(f"That is the model of seed {s}; the question asks for seed 2.",
+                   _exact_at(results, score, s, LONGEST_LENGTH)) for s in seeds if s != LONGEST_SEED]
+        wrong += [(f"That is the model with the {other!r} score.",
+                   _exact_at(results, other, LONGEST_SEED, LONGEST_LENGTH))
+                  for other in ("dot", "scaled_dot", "bilinear", "additive", "none") if other != score]
+        check_number(got[score], own, f"{score!r}", wrong, rel_tol=0, abs_tol=5e-3)
+    run.__name__ = f"longest_exact_{score}"
+    return run
+
+
+part(LONGEST, "dot")(longest_part("dot"))
+part(LONGEST, "scaled_dot")(longest_part("scaled_dot"))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..functional import attention
 from ..masks import causal_mask
-from .compare import Wrong, compare, matmul_hint
+from ..positions import sinusoidal_positions
+from .compare import Wrong, check_number, compare, matmul_hint
 from .harness import call, exercise, part
 from .mistakes import sdpa_variants
 
@@ -89,3 +92,51 @@ def self_attention_values(case):
 def self_attention_mask(case):
     x, weights = case.randn(2, 5, 6), (case.randn(4, 6), case.randn(4, 6), case.randn(3, 6))
     yield from self_attention_case(x, weights, causal_mask(5))
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 6.3: position_dot (derivation)
+# ------------------------------------------------------------------------------------------------
+
+POSITION_DOT = exercise(
+    "position_dot",
+    "fn(offset: int, E: int) -> float: the dot product p_i · p_(i+offset) of two sinusoidal position "
+    "vectors of width E (the same for every i), from its closed form, without building the table.",
+    blocks=["attnbook.positions.sinusoidal_positions"])
+
+
+def position_dot_ref(offset: int, E: int, exponent: float = 2.0, terms: int | None = None) -> float:
+    """sum over k < terms (default E/2) of cos(offset · 10000^(-exponent·k/E)), in float64."""
+    k = torch.arange(E // 2 if terms is None else terms, dtype=torch.float64)
+    return torch.cos(offset * torch.exp(-math.log(10000.0) * exponent * k / E)).sum().item()
+
+
+def position_dot_case(offset: int, E: int):
+    table = sinusoidal_positions(offset + 1, E, dtype=torch.float64)  # (offset + 1, E)
+    ref = (table[0] @ table[offset]).item()
+    value = yield call(offset, E)
+    check_number(value, ref, f"offset {offset}, E = {E}", [
+        ("There are E/2 column pairs, one frequency each: sum over k < E/2, not k < E.",
+         position_dot_ref(offset, E, terms=E)),
+        ("The frequencies are ω_k = 10000^(-2k/E): the exponent has 2k, not k.",
+         position_dot_ref(offset, E, exponent=1.0)),
+        ("Each pair adds sin(iω)sin(jω) + cos(iω)cos(jω) = cos((i - j)ω): one cosine per pair, not two.",
+         2 * ref),
+        ("That is the dot product of a position vector with itself; the offset changes it.", E / 2),
+    ], rel_tol=1e-6, abs_tol=1e-6)
+
+
+@part(POSITION_DOT, "offsets")
+def position_dot_offsets(case):
+    yield from position_dot_case(case.size(3, 4, 40), 32)  # hidden: another offset
+
+
+@part(POSITION_DOT, "zero")
+def position_dot_zero(case):
+    yield from position_dot_case(0, 2 * case.size(8, 10, 32))  # hidden: another width
+
+
+@part(POSITION_DOT, "widths")
+def position_dot_widths(case):
+    E = 2 * case.size(32, 4, 31)  # hidden: other widths and offsets
+    yield from position_dot_case(case.size(7, 8, 100), E)

@@ -1,13 +1,18 @@
-"""Chapter 7, masking: a causal mask for any L and S, and which candidate masks are causal."""
+"""Chapter 7, masking: a causal mask for any L and S, which candidate masks are causal, and
+attention under a bool and an additive mask combined by one rule."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
 
-from ..masks import causal_mask
+from ..functional import attention, masked_softmax
+from ..masks import causal_mask, combine_masks
 from .compare import Wrong, compare, match, same
 from .harness import answer, call, exercise, part
+from .mistakes import M_NO_SCALE, M_POLARITY
 from .sealed import Sealed
 
 # ------------------------------------------------------------------------------------------------
@@ -152,3 +157,90 @@ def picks_square(case):
 @part(PICK, "cache")
 def picks_cache(case):
     yield from picks_case("cache")
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 7.3: masked_attention (a bool and an additive mask, one rule)
+# ------------------------------------------------------------------------------------------------
+
+MASKED_ATTENTION = exercise(
+    "masked_attention",
+    "fn(q (B, L, D), k (B, S, D), v (B, S, Dv), mask (L, S) bool, True = may attend, additive (B, L, S) "
+    "float added to the scores) -> output (B, L, Dv): scaled dot-product attention (scale 1/sqrt(D)) "
+    "under both masks; a key the bool mask blocks gets exactly zero weight whatever the additive mask "
+    "holds (finfo.min included), and a query with no key left gets a zero output (never NaN).",
+    blocks=["attnbook.functional.attention", "attnbook.functional.fused_attention",
+            "attnbook.functional.masked_softmax", "attnbook.masks.combine_masks",
+            "attnbook.masks.apply_mask", "attnbook.masks.build_mask",
+            "torch.nn.functional.scaled_dot_product_attention"])
+
+M_MIN_FILL = ("A key your bool mask blocks got weight: you filled the blocked scores with a finite number "
+              "(such as `torch.finfo(dtype).min`) and added the additive mask, so where the additive mask "
+              "also holds finfo.min the blocked and the allowed keys tie (exhibit 8). Put -inf on the "
+              "blocked scores (`torch.where(mask, scores, -inf)`), after adding the additive mask.")
+M_ADDITIVE_IGNORED = "Your output ignores the additive mask: add it to the scaled scores before the softmax."
+M_BOOL_IGNORED = "Your output ignores the bool mask: blocked keys still get weight."
+M_EMPTY_NAN = ("A query whose keys are all blocked came out NaN (a softmax over a row of -inf is 0/0): "
+               "give such a row zero weights, and so a zero output.")
+M_EMPTY_UNIFORM = ("A query whose keys are all blocked did not get a zero output: its weights must be all "
+                   "zero (detect the row with `mask.any(-1)` and zero its weights after the softmax).")
+
+
+def _attention_with(q, k, v, weights_of):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, L, S)
+    return weights_of(scores) @ v  # (B, L, Dv)
+
+
+def masked_attention_variants(q, k, v, mask, additive):
+    low = torch.finfo(q.dtype).min
+    inf = float("-inf")
+
+    def safe(scores):  # (B, L, S) -> weights with empty rows zero
+        return masked_softmax(scores)
+
+    return [
+        (M_MIN_FILL, lambda: _attention_with(q, k, v, lambda s: torch.softmax(
+            s.masked_fill(~mask, low) + additive, dim=-1))),
+        (M_MIN_FILL, lambda: _attention_with(q, k, v, lambda s: torch.softmax(
+            s.masked_fill(~mask, low) + additive, dim=-1).masked_fill(~mask, 0.0))),
+        (M_POLARITY, lambda: _attention_with(q, k, v, lambda s: safe(
+            torch.where(mask, inf, s + additive)))),
+        (M_ADDITIVE_IGNORED, lambda: _attention_with(q, k, v, lambda s: safe(
+            torch.where(mask, s, inf)))),
+        (M_BOOL_IGNORED, lambda: _attention_with(q, k, v, lambda s: safe(s + additive))),
+        (M_NO_SCALE, lambda: _attention_with(q * math.sqrt(q.shape[-1]), k, v, lambda s: safe(
+            torch.where(mask, s + additive, inf)))),
+        (M_EMPTY_NAN, lambda: _attention_with(q, k, v, lambda s: torch.softmax(
+            torch.where(mask, s + additive, inf), dim=-1))),
+        (M_EMPTY_UNIFORM, lambda: _attention_with(q, k, v, lambda s: torch.softmax(
+            (s + additive).masked_fill(~mask, -1e9), dim=-1))),
+    ]
+
+
+def masked_attention_case(q, k, v, mask, additive):
+    out = yield call(q, k, v, mask, additive)
+    ref = attention(q, k, v, mask=combine_masks(additive, mask))[0]  # (B, L, Dv)
+    compare(out, ref, "output", masked_attention_variants(q, k, v, mask, additive))
+
+
+@part(MASKED_ATTENTION, "values")
+def masked_attention_values(case):
+    B, L, S, D = 2, case.size(4, 3, 6), case.size(5, 3, 7), 6
+    q, k, v = case.randn(B, L, D), case.randn(B, S, D), case.randn(B, S, 3)
+    yield from masked_attention_case(q, k, v, case.mask(L, S), case.randn(B, L, S))
+
+
+@part(MASKED_ATTENTION, "blocked")
+def masked_attention_blocked(case):
+    L = case.size(4, 3, 6)
+    q, k, v = case.randn(2, L, 4), case.randn(2, L, 4), case.randn(2, L, 3)
+    additive = torch.zeros(2, L, L)  # (B, L, S)
+    additive[..., 0] = torch.finfo(torch.float32).min  # key 0 is (left) padding
+    yield from masked_attention_case(q, k, v, causal_mask(L), additive)
+
+
+@part(MASKED_ATTENTION, "empty_row")
+def masked_attention_empty_row(case):
+    L, S = case.size(4, 3, 6), case.size(5, 3, 7)
+    q, k, v = case.randn(2, L, 4), case.randn(2, S, 4), case.randn(2, S, 3)
+    yield from masked_attention_case(q, k, v, case.mask(L, S, fully_masked_rows=1), case.randn(2, L, S))

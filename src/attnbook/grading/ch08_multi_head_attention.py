@@ -7,8 +7,7 @@ import math
 
 import torch
 
-from ..functional import attention
-from ..multihead import merge_heads, split_heads
+from ..functional import attention, merge_heads, split_heads
 from .compare import Wrong, compare, matmul_hint, same
 from .harness import call, either, exercise, part
 from .mistakes import M_NO_SCALE, M_POLARITY
@@ -33,7 +32,7 @@ SPLIT = exercise(
     "split_heads",
     "fn(x (B, L, E), num_heads) -> (B, H, L, E // H): head h gets the features h·D ... (h+1)·D - 1 of "
     "every position (D = E // H).",
-    blocks=["attnbook.multihead.split_heads"] + MODULES)
+    blocks=["attnbook.functional.split_heads"] + MODULES)
 
 
 def split_case(x, H):
@@ -73,7 +72,7 @@ MERGE = exercise(
     "merge_heads",
     "fn(x (B, H, L, D)) -> (B, L, H·D): the inverse of split_heads, head h's features at "
     "h·D ... (h+1)·D - 1.",
-    blocks=["attnbook.multihead.merge_heads"] + MODULES)
+    blocks=["attnbook.functional.merge_heads"] + MODULES)
 
 
 def merge_compare(out, x):

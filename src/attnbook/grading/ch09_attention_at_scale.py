@@ -1,13 +1,15 @@
-"""Chapter 9, attention at scale: merging two blocks of an online softmax, and the memory of a
-key/value cache."""
+"""Chapter 9, attention at scale: merging two blocks of an online softmax, the memory of a
+key/value cache, and the FLOPs of decoding with and without it."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.utils.flop_counter import FlopCounterMode
 
-from ..efficient import KVCache
 from ..functional import masked_softmax
+from ..kv_cache import KVCache
+from ..transformer import TinyTransformer
 from .compare import Wrong, check_number, compare, match, same
 from .harness import call, exercise, part
 
@@ -21,7 +23,7 @@ MERGE_STATES = exercise(
     "state is (m (..., L) the running max score, l (..., L) the sum of exp(score - m), acc (..., L, Dv) "
     "the sum of exp(score - m) · value). A block with no key has m = -inf, l = 0, acc = 0; merging "
     "with it must not produce NaN.",
-    blocks=["attnbook.efficient.tiled_attention"])
+    blocks=["attnbook.tiled.tiled_attention"])
 
 
 def block_state(scores, mask, v):
@@ -127,7 +129,7 @@ CACHE_BYTES = exercise(
     "kv_cache_bytes",
     "fn(B, H, S, D, num_layers, dtype) -> int: the bytes a KV cache needs to hold S positions of keys "
     "AND values for every layer, each (B, H, S, D) of dtype `dtype`.",
-    blocks=["attnbook.efficient.KVCache"])
+    blocks=["attnbook.kv_cache.KVCache"])
 
 
 def cache_cases(case, public):
@@ -164,3 +166,79 @@ def cache_bytes_float32(case):
 @part(CACHE_BYTES, "half")
 def cache_bytes_half(case):
     yield from cache_bytes(case, [(2, 8, 128, 64, 12, torch.float16), (3, 2, 10, 4, 1, torch.bfloat16)])
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 9.3: decoding_flops (derivation)
+# ------------------------------------------------------------------------------------------------
+
+DECODING_FLOPS = exercise(
+    "decoding_flops",
+    "fn(B, E, L0, N, num_layers, use_cache) -> int: the FLOPs of the matrix products in the "
+    "transformer layers (the four E x E projections, the MLP E -> 4E -> E, and attention's q k^T and "
+    "weights times v) when greedy decoding writes N tokens after a prompt of L0, as "
+    "TinyTransformer.generate does: without the cache every step feeds the whole sequence so far; "
+    "with it the prompt is fed once, then one token a step. 2 FLOPs per multiply-add; no "
+    "embedding, no output layer.",
+    blocks=["torch.utils.flop_counter.FlopCounterMode"])
+
+
+def counted_decoding_flops(B, E, L0, N, num_layers, use_cache):
+    """The reference: PyTorch's count of the layers' FLOPs in a real decoding run."""
+    torch.manual_seed(0)
+    model = TinyTransformer(5, max_len=L0 + N, embed_dim=E, num_heads=2, num_layers=num_layers).eval()
+    prompt = torch.zeros(B, L0, dtype=torch.long)  # (B, L0)
+    counter = FlopCounterMode(display=False)
+    with torch.inference_mode(), counter:
+        model.generate(prompt, N, use_cache=use_cache)
+    counts = counter.get_flop_counts()
+    return sum(sum(counts[f"TinyTransformer.blocks.{i}"].values()) for i in range(num_layers))
+
+
+def decoding_flops_variants(B, E, L0, N, layers, use_cache):
+    """Typical wrong counts, each with what it forgot."""
+    if use_cache:
+        steps = [(L0, L0)] + [(1, L0 + t) for t in range(1, N)]  # (L new, S keys) per step
+    else:
+        steps = [(L0 + t, L0 + t) for t in range(N)]
+    fed = sum(L for L, _ in steps)
+    attention = 4 * B * E * layers * sum(L * S for L, S in steps)
+    per_position = 24 * B * E * E * layers * fed
+    linear_attention = 4 * B * E * layers * sum(L * L for L, _ in steps)
+    return per_position + attention, [
+        ("You left out the MLP: a layer's E -> 4E -> E MLP costs 16·E² FLOPs per position, twice "
+         "the four projections' 8·E².", per_position // 3 + attention),
+        ("You left out attention itself: q kᵀ and the weights times v cost 4·E FLOPs per query and key "
+         "in every layer.", per_position),
+        ("With the cache, each new query still scores every cached key: a step with S keys costs "
+         "4·B·E·S FLOPs of attention per layer, not 4·B·E.", per_position + linear_attention),
+        ("You counted multiply-adds; a multiply-add is 2 FLOPs.", (per_position + attention) // 2),
+        ("You forgot the number of layers: each layer does all of this.",
+         (per_position + attention) // layers),
+    ]
+
+
+def decoding_flops_cases(case, use_cache):
+    public = [(2, 16, 4, 5, 2), (1, 8, 3, 6, 1)]
+    if case.seed != 0:
+        public = [(case.randint(1, 3), 2 * case.randint(2, 8), case.randint(2, 6), case.randint(2, 6),
+                   case.randint(1, 3)) for _ in public]
+    sizes = [(*p, use_cache) for p in public]
+    answers = yield [call(*s) for s in sizes]
+    for size, got in zip(sizes, answers):
+        ref = counted_decoding_flops(*size)
+        formula, variants = decoding_flops_variants(*size)
+        assert formula == ref, (size, formula, ref)  # the variants are built on the right count
+        B, E, L0, N, layers, _ = size
+        check_number(got, ref, f"B={B}, E={E}, L0={L0}, N={N}, num_layers={layers}, "
+                     f"use_cache={use_cache}", [(m, v) for m, v in variants if v != ref])
+
+
+@part(DECODING_FLOPS, "without_cache")
+def decoding_flops_without_cache(case):
+    yield from decoding_flops_cases(case, False)
+
+
+@part(DECODING_FLOPS, "with_cache")
+def decoding_flops_with_cache(case):
+    yield from decoding_flops_cases(case, True)

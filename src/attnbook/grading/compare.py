@@ -21,8 +21,8 @@ __all__ = ["Wrong", "same", "tolerance", "match", "compare", "check_number", "fm
            "matmul_hint", "warning_notes", "M_NAN_ROWS"]
 
 M_NAN_ROWS = ("Rows whose keys are all masked come out as NaN: a softmax over a row of -inf is 0/0. "
-              "Such a query must get zero weights (and a zero output): fill with "
-              "`torch.finfo(scores.dtype).min` and set the masked weights to 0 after the softmax.")
+              "Such a query must get zero weights (and a zero output): find the rows with nothing "
+              "to attend to, take the softmax with their scores replaced by 0, then set their weights to 0.")
 
 
 class Wrong(Exception):

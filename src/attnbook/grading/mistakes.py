@@ -25,13 +25,13 @@ M_UNIFORM_ROWS = ("Rows whose keys are all masked get uniform weights 1/S instea
                   "only makes masked keys small compared with the others, and here there are no others. "
                   "Set the weights of masked keys to 0 after the softmax.")
 M_WEAK_FILL = ("Your fill value is not negative enough: here the real scores are below -1e4, so the "
-               "masked keys (filled with -1e4 or similar) win the softmax. Fill with "
-               "`torch.finfo(scores.dtype).min`.")
+               "masked keys (filled with -1e4 or similar) win the softmax. Fill with `-inf`, which no "
+               "real score can be below, and give rows with nothing to attend to zero weights.")
 M_NO_SCALE = ("The scores are not scaled: divide q·k by √E (the square root of the query/key width), "
               "as in softmax(q kᵀ / √E).")
 M_SCALE_D = "You divided the scores by E; divide by √E (`math.sqrt(E)`) instead."
-M_FP16_FILL = ("In float16 your fill value overflows to -inf, so fully-masked rows become NaN: fill with "
-               "`torch.finfo(scores.dtype).min` and zero the masked weights after the softmax.")
+M_FP16_FILL = ("In float16 your fill value overflows to -inf, so fully-masked rows become NaN: find the "
+               "rows with nothing to attend to and give them zero weights (a softmax over -inf alone is 0/0).")
 
 
 def softmax_variants(scores: Tensor, mask: Tensor):
