@@ -81,6 +81,9 @@ def bwrap_command(forbidden: list[str | os.PathLike] = ()) -> list[str]:
         args += ["--cap-drop", "ALL"]
     for key, value in ENV.items():
         args += ["--setenv", key, value]
+    # A private /tmp first: the read-only views below may lie under /tmp (a clone in /tmp/...),
+    # and a tmpfs mounted after them would hide them.
+    args += ["--dev", "/dev", "--proc", "/proc", "--size", str(64 << 20), "--tmpfs", "/tmp"]
     for path in SYSTEM:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
@@ -94,8 +97,7 @@ def bwrap_command(forbidden: list[str | os.PathLike] = ()) -> list[str]:
                     f"The course folder {folder} lies inside {root}, which the sandbox must be able to "
                     "read (Python, its packages or the book's files): put the course folder elsewhere.")
         args += ["--ro-bind", root, root]
-    args += ["--dev", "/dev", "--proc", "/proc", "--size", str(64 << 20), "--tmpfs", "/tmp",
-             "--chdir", "/tmp", "--", sys.executable, "-I", "-m", "attnbook.grading.runner"]
+    args += ["--chdir", "/tmp", "--", sys.executable, "-I", "-m", "attnbook.grading.runner"]
     return args
 
 
