@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import itertools
 import struct
+import warnings
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -280,9 +281,14 @@ def png_bytes(fig: Figure) -> bytes:
     """The figure as the notebook stores it: a PNG at the figure's dpi, cropped to its content
     (what IPython's inline backend and ``glue`` write)."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=fig.dpi, bbox_inches="tight",
-                facecolor=fig.get_facecolor(), edgecolor=fig.get_edgecolor())
+    with warnings.catch_warnings():  # a drawn diagram has no tight layout to compute; nothing is wrong
+        warnings.filterwarnings("ignore", message=_NO_TIGHT_LAYOUT)
+        fig.savefig(buffer, format="png", dpi=fig.dpi, bbox_inches="tight",
+                    facecolor=fig.get_facecolor(), edgecolor=fig.get_edgecolor())
     return buffer.getvalue()
+
+
+_NO_TIGHT_LAYOUT = "This figure includes Axes that are not compatible with tight_layout"
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -388,7 +394,9 @@ def figure_problems(
     if png_width is None:
         png_width, _ = png_size(png_bytes(fig))
     scale = min(1.0, width_px / png_width)
-    fig.canvas.draw()  # lay the figure out as it was saved (tight layout, ticks)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_NO_TIGHT_LAYOUT)
+        fig.canvas.draw()  # lay the figure out as it was saved (tight layout, ticks)
     renderer = fig.canvas.get_renderer()
     problems = []
 
