@@ -275,7 +275,7 @@ def test_diagrams_refuse_what_would_not_fit(raises_naming):
 
 
 def test_legibility_problems_finds_small_overlapping_and_clipped_text():
-    fig, ax = plt.subplots(figsize=(7.2, 2))
+    fig, ax = plt.subplots(figsize=(7.2, 2), layout="none")  # whatever figure.autolayout says
     ax.text(0.5, 0.5, "one", fontsize=10, transform=ax.transAxes)
     ax.text(0.5, 0.5, "two", fontsize=10, transform=ax.transAxes)
     ax.text(0.1, 0.9, "tiny", fontsize=6, transform=ax.transAxes)

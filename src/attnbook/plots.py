@@ -19,6 +19,7 @@ Shapes:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import struct
@@ -281,11 +282,25 @@ def png_bytes(fig: Figure) -> bytes:
     """The figure as the notebook stores it: a PNG at the figure's dpi, cropped to its content
     (what IPython's inline backend and ``glue`` write)."""
     buffer = io.BytesIO()
-    with warnings.catch_warnings():  # a drawn diagram has no tight layout to compute; nothing is wrong
-        warnings.filterwarnings("ignore", message=_NO_TIGHT_LAYOUT)
+    with _layout_kept(fig):
         fig.savefig(buffer, format="png", dpi=fig.dpi, bbox_inches="tight",
                     facecolor=fig.get_facecolor(), edgecolor=fig.get_edgecolor())
     return buffer.getvalue()
+
+
+@contextlib.contextmanager
+def _layout_kept(fig: Figure):
+    """Measure or save ``fig`` without changing its layout: a figure drawn with no layout engine
+    (a diagram placed by hand) must not leave with the tight layout that ``figure.autolayout``
+    would give it, which warns on every later display."""
+    engine = fig.get_layout_engine()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_NO_TIGHT_LAYOUT)
+        try:
+            yield
+        finally:
+            if engine is None and fig.get_layout_engine() is not None:
+                fig.set_layout_engine("none")
 
 
 _NO_TIGHT_LAYOUT = "This figure includes Axes that are not compatible with tight_layout"
@@ -394,8 +409,7 @@ def figure_problems(
     if png_width is None:
         png_width, _ = png_size(png_bytes(fig))
     scale = min(1.0, width_px / png_width)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_NO_TIGHT_LAYOUT)
+    with _layout_kept(fig):
         fig.canvas.draw()  # lay the figure out as it was saved (tight layout, ticks)
     renderer = fig.canvas.get_renderer()
     problems = []
