@@ -22,6 +22,7 @@ from matplotlib import colormaps
 from matplotlib.colors import to_rgb
 from matplotlib.collections import PatchCollection
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import PlaceHolderLayoutEngine
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 from matplotlib.text import Text
 
@@ -83,6 +84,9 @@ class Canvas:
         self.where, self.title = where, title
         self.width, self.height = width, height
         self.fig = plt.figure(figsize=(width, height), layout="none")
+        # An explicit "no layout" engine: with no engine at all, every save with bbox_inches="tight"
+        # hands the figure matplotlib's tight layout (figure.autolayout), which warns on a canvas.
+        self.fig.set_layout_engine(PlaceHolderLayoutEngine(adjust_compatible=True, colorbar_gridspec=True))
         ax = self.fig.add_axes((0.0, 0.0, 1.0, 1.0))
         ax.set_xlim(0, width)
         ax.set_ylim(0, height)
