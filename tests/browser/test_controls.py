@@ -1,5 +1,10 @@
-"""The chapters' controls work on the website without a kernel: moved with the mouse and from the
-keyboard, each shows the figure of the chosen setting, and the figure's alt text follows.
+"""The chapters' controls work on the website without a kernel: every input, moved to each of its
+settings with the mouse and then from the keyboard, shows the image stored for the chosen setting,
+and the figure's alt text follows; a click anywhere on a slider's track selects the nearest setting.
+
+Clicks go where a reader can see them: Playwright's mouse works in the viewport's coordinates, so a
+slider further down the page is scrolled into view first (a click at coordinates below the viewport
+lands nowhere, and the slider keeps its setting).
 
 The mechanism is tested on a small site built here with the book's own extensions
 (tests/site_fixture.py: a slider and a dropdown, six settings); every control the real chapters
@@ -7,6 +12,11 @@ store (attnbook.widgets.explore) is then moved on the built book the same way.
 """
 
 from __future__ import annotations
+
+import hashlib
+import itertools
+from pathlib import PurePosixPath
+from urllib.parse import urlparse
 
 import pytest
 from site_pages import CHAPTERS_WITH_NOTEBOOKS, serve, stored_controls
@@ -25,55 +35,90 @@ def expected_alt(settings: list[dict], indices: list[int]) -> str:
     return next(s["alt"] for s in settings if s["indices"] == indices)
 
 
+def click_sweep(page, field) -> list[int]:
+    """The setting a click selects at each pixel across the slider, left to right (the slider is
+    first scrolled into view: a click lands where the reader sees the track)."""
+    field.scroll_into_view_if_needed()
+    box = field.bounding_box()
+    y = box["y"] + box["height"] / 2
+    chosen = []
+    for dx in range(int(box["width"])):
+        page.mouse.click(box["x"] + dx + 0.5, y)
+        chosen.append(int(field.input_value()))
+    return chosen
+
+
+def assert_clicks_select_the_nearest_setting(control_id: str, chosen: list[int], count: int) -> None:
+    """A click anywhere on the track selects the nearest setting: left to right the settings come in
+    order, each once, and every inner setting owns an equal stretch of the track (the settings sit
+    evenly spaced, each owning the half-spaces to its neighbours); the two ends own the rest."""
+    runs = [(value, len(list(group))) for value, group in itertools.groupby(chosen)]
+    assert [value for value, _ in runs] == list(range(count)), (
+        f"{control_id}: clicks from left to right select {[value for value, _ in runs]}")
+    inner = [width for _, width in runs[1:-1]]
+    if inner:
+        assert max(inner) - min(inner) <= 2, f"{control_id}: unequal stretches of the track: {runs}"
+        assert min(runs[0][1], runs[-1][1]) >= min(inner) / 2 - 1, f"{control_id}: an end is hard to hit: {runs}"
+
+
 def move_every_input(page, control_id: str, settings: list[dict]) -> None:
-    """Move each input with the mouse and from the keyboard; after each move exactly one image is
-    shown, it is another image than before, and its alt text is the one stored for the setting."""
+    """Move each input to every one of its settings, with the mouse and then from the keyboard.
+    After each move exactly one image is shown, it is another image than before, it is the image
+    stored for the chosen setting, and its alt text is the one stored for that setting."""
     block = page.locator(f"#{control_id}")
     assert "attnbook-ready" in (block.get_attribute("class") or ""), f"{control_id}: the script did not wire it"
     inputs = block.locator("[data-control]")
     specs = settings[0]["controls"]
     assert inputs.count() == len(specs)
+    stored = {tuple(s["indices"]): s for s in settings}
 
     def current():
         return [int(inputs.nth(i).input_value()) for i in range(inputs.count())]
 
-    def check_changed(before, how):
+    def check_shown(before, how):
+        """The image of the chosen setting is the one shown; it differs from ``before``."""
         src, alt = visible_image(block)
-        assert src != before[0], f"{control_id}: {how} did not change the figure"
-        assert alt == expected_alt(settings, current()), f"{control_id}: after {how} the alt text is {alt!r}"
-        return src, alt
+        setting = stored[tuple(current())]
+        assert PurePosixPath(urlparse(src).path).stem == setting["sha"], (
+            f"{control_id}: after {how} the image shown ({src}) is not the one of setting {current()}")
+        assert src != before, f"{control_id}: {how} did not change the figure"
+        assert alt == setting["alt"], f"{control_id}: after {how} the alt text is {alt!r}"
+        return src
 
     for i, spec in enumerate(specs):
         field = inputs.nth(i)
         label = page.evaluate("(el) => [...el.labels].map(l => l.textContent).join(' ')", field.element_handle())
         assert label.strip() == spec["label"], f"{control_id}: input {i} is labelled {label!r}"
-        last = len(spec["labels"]) - 1
-        state = visible_image(block)
-        if spec["kind"] == "slider":
-            # mouse: click near the right end of the track, then near the left end
-            box = field.bounding_box()
-            target = 0 if current()[i] == last else last
-            x = box["x"] + (box["width"] - 4 if target == last else 4)
-            page.mouse.click(x, box["y"] + box["height"] / 2)
-            assert current()[i] == target, f"{control_id}: a click on the track moved it to {current()[i]}"
-            state = check_changed(state, "a click on the slider")
-            assert field.get_attribute("aria-valuetext") == spec["labels"][target]
-            # keyboard: one step with the arrow keys
-            field.focus()
-            page.keyboard.press("ArrowLeft" if target == last else "ArrowRight")
-            step = target - 1 if target == last else target + 1
-            assert current()[i] == step, f"{control_id}: an arrow key moved it to {current()[i]}"
-            check_changed(state, "an arrow key")
-            assert field.get_attribute("aria-valuetext") == spec["labels"][step]
-        else:
-            # mouse: choose an option as a click would; keyboard: an arrow key on the focused menu
-            other = 0 if current()[i] == last else last
-            field.select_option(str(other))
-            state = check_changed(state, "choosing an option")
-            field.focus()
-            page.keyboard.press("ArrowUp" if other == last else "ArrowDown")
-            assert current()[i] != other, f"{control_id}: an arrow key did not change the choice"
-            check_changed(state, "an arrow key")
+        count = len(spec["labels"])
+        slider = spec["kind"] == "slider"
+        src = visible_image(block)[0]
+        # mouse: every other setting in turn, then back to the one it had
+        start = current()[i]
+        for target in [*(t for t in range(count) if t != start), start]:
+            if slider:  # a click in the middle of the target's stretch of the track
+                box = field.bounding_box()
+                field.click(position={"x": (target + 0.5) * box["width"] / count, "y": box["height"] / 2})
+                how = f"a click on the slider at setting {target}"
+            else:  # a native menu's pop-up is not part of the page: choose the option as a click does
+                field.select_option(str(target))
+                how = f"choosing option {target}"
+            assert current()[i] == target, f"{control_id}: {how} selected {current()[i]}"
+            src = check_shown(src, how)
+            if slider:
+                assert field.get_attribute("aria-valuetext") == spec["labels"][target]
+        # keyboard: arrow keys down to the first setting, then up through every setting to the last
+        back, forward = ("ArrowLeft", "ArrowRight") if slider else ("ArrowUp", "ArrowDown")
+        field.focus()
+        for key, target in [*((back, t) for t in range(start - 1, -1, -1)),
+                            *((forward, t) for t in range(1, count))]:
+            page.keyboard.press(key)
+            how = f"the key {key} (towards setting {target})"
+            assert current()[i] == target, f"{control_id}: {how} selected {current()[i]}"
+            src = check_shown(src, how)
+            if slider:
+                assert field.get_attribute("aria-valuetext") == spec["labels"][target]
+        if slider:
+            assert_clicks_select_the_nearest_setting(control_id, click_sweep(page, field), count)
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +143,8 @@ def demo_page(browser, demo_site):
 def _demo_settings():
     explorer = demo_explorer()
     specs = [c.spec() for c in explorer.controls]
-    return [{"alt": explorer.alt_text(**s), "indices": explorer.indices(s), "controls": specs}
-            for s in explorer.settings]
+    return [{"alt": explorer.alt_text(**s), "indices": explorer.indices(s), "controls": specs,
+             "sha": hashlib.sha256(explorer.png(**s)).hexdigest()} for s in explorer.settings]
 
 
 def test_demo_control_moves_with_mouse_and_keyboard(demo_page):
@@ -124,18 +169,8 @@ def test_demo_control_without_script_shows_the_initial_setting(browser, demo_sit
             context.close()
 
 
-# Known defect, kept visible: on these pages a mouse click near the right end of the slider's track
-# lands on a middle setting (the keyboard path is not reached by the test once the click fails).
-SLIDER_CLICK_DEBTS = {
-    "chapters/00_attention_at_a_glance.html": "a click at the end of the 8-setting track selects setting 3",
-    "chapters/03_scaled_dot_product.html": "a click at the end of the 11-setting track selects setting 6",
-}
-
-
 @pytest.mark.parametrize("name", CHAPTERS_WITH_NOTEBOOKS)
-def test_every_control_of_the_book_moves(visit, name, request):
-    if name in SLIDER_CLICK_DEBTS:
-        request.node.add_marker(pytest.mark.xfail(reason=SLIDER_CLICK_DEBTS[name], strict=False))
+def test_every_control_of_the_book_moves(visit, name):
     controls = stored_controls(name)
     if not controls:
         pytest.skip(f"{name}: no precomputed control (attnbook.widgets.explore) on this page")
