@@ -1,5 +1,6 @@
 """The page's widths, measured in Chromium: wide maths scrolls instead of being cut off, no code
-block scrolls sideways, and the widths the unit tests assume are the site's.
+block scrolls sideways, the controls fit a phone's screen, and the widths the unit tests assume are
+the site's.
 
 The narrowest desktop layout is a 1200-pixel window with both sidebars (below that the left
 sidebar folds away and the column grows). There a figure is shown at most
@@ -10,7 +11,8 @@ characters; the figure-legibility and line-length checks use those numbers.
 from __future__ import annotations
 
 import pytest
-from site_pages import CHAPTERS_WITH_NOTEBOOKS, toc_pages
+from site_pages import CHAPTERS_WITH_NOTEBOOKS, VIEWPORT, stored_controls, toc_pages
+from test_controls import assert_clicks_select_the_nearest_setting, click_sweep
 
 from attnbook.plots import PAGE_FIGURE_WIDTH_PX
 from chapter_debts import DEBTS
@@ -18,6 +20,7 @@ from test_cells import SITE_CODE_COLUMNS
 
 NARROWEST_DESKTOP = {"width": 1200, "height": 900}
 WIDE_MATHS_WIDTH = 1300  # where chapter 9's online-softmax equation used to be cut off
+PHONE = {"width": 360, "height": 800}
 
 
 @pytest.fixture
@@ -118,3 +121,33 @@ def test_no_code_block_scrolls_sideways(narrow, name):
         pytest.xfail(f"{entry}: {len(wide)} code blocks scroll sideways; its long lines are listed in "
                      "tests/chapter_debts.py")
     assert not wide, f"{name}: code blocks that scroll sideways at 1200 px, their longest lines: {wide}"
+
+
+@pytest.mark.parametrize("name", [page for page in CHAPTERS_WITH_NOTEBOOKS if stored_controls(page)])
+def test_controls_fit_a_phone_screen(visit, name):
+    """At 360 px every control's label, input and value stay inside the control's block, the block
+    inside the screen, and a click anywhere on a slider still selects the nearest setting."""
+    page = visit(name).page
+    page.set_viewport_size(PHONE)
+    try:
+        page.wait_for_timeout(100)
+        outside = page.evaluate(
+            """() => [...document.querySelectorAll('.attnbook-control')].flatMap(block => {
+                const edge = Math.min(block.getBoundingClientRect().right, window.innerWidth);
+                const parts = block.querySelectorAll(
+                    '.attnbook-control-inputs :is(label, input, select, output)');
+                return [block, ...parts]
+                    .filter(e => e.getBoundingClientRect().right > edge + 1)
+                    .map(e => `${block.id}: a ${e.tagName.toLowerCase()} ends at `
+                              + `${Math.round(e.getBoundingClientRect().right)} px, the edge is at ${edge} px`);
+            })"""
+        )
+        assert not outside, f"{name}: controls wider than a phone's screen: {outside}"
+        for control_id, settings in stored_controls(name).items():
+            inputs = page.locator(f"#{control_id} [data-control]")
+            for i, spec in enumerate(settings[0]["controls"]):
+                if spec["kind"] == "slider":
+                    chosen = click_sweep(page, inputs.nth(i))
+                    assert_clicks_select_the_nearest_setting(control_id, chosen, len(spec["labels"]))
+    finally:
+        page.set_viewport_size(VIEWPORT)
