@@ -203,3 +203,23 @@ def test_a_headless_kernel_stores_the_settings_and_no_live_widget(tmp_path):
         "A line of slope 1.", "A line of slope 2.", "A line of slope 3."]
     assert all(set(o["data"]) == {"image/png"} for o in outputs)
     assert nb.cells[2].outputs == []  # the mask editor is live only: nothing stored for the website
+
+
+# --- the package's layout: one module per kind of control, every name imported from attnbook.widgets
+
+
+def test_every_name_is_imported_from_attnbook_widgets_and_lives_with_its_kind():
+    import attnbook.widgets as widgets
+
+    homes = {
+        "precomputed": {"slider", "dropdown", "Control", "explore", "Explorer", "precomputing",
+                        "is_precomputed_state"},
+        "live": {"power_of_two_slider", "log_slider", "interact_on_axes"},
+        "editor": {"mask_editor"},
+        "static": {"small_multiples"},
+    }
+    assert set(widgets.__all__) == set().union(*homes.values()) | {"MAX_STATES"}
+    for module, names in homes.items():
+        for name in names:
+            assert getattr(widgets, name).__module__ == f"attnbook.widgets.{module}", name
+    assert widgets.MAX_STATES == widgets.precomputed.MAX_STATES
