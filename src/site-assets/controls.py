@@ -5,8 +5,8 @@ A chapter's ``attnbook.widgets.explore(...)`` stores, when the book executes the
 the option indices of its setting, its alt text and the controls' description). While a page is
 read, this extension finds those images in the page (MyST-NB names each image file after the
 SHA-256 of its bytes), gives each its alt text, and gathers the images of one control into a block
-with labelled inputs (a range input per slider, a select per dropdown); web/controls.js shows the
-image of the chosen setting. Without JavaScript the initial setting's image is shown.
+with labelled inputs (a range input per slider, a select per dropdown); web/attnbook-controls.js
+shows the image of the chosen setting. Without JavaScript the initial setting's image is shown.
 
 A stored ipywidgets control (a slider, dropdown, toggle button ... of an ``interact`` or of the mask
 editor) cannot work without a kernel, so it is left out of the page; widgets that control nothing
@@ -104,7 +104,7 @@ def _model_id(bundle) -> str | None:
 
 
 def control_markup(control_id: str, states: list[dict]) -> str:
-    """The inputs of one control (hidden until web/controls.js has wired them)."""
+    """The inputs of one control (hidden until web/attnbook-controls.js has wired them)."""
     specs = states[0]["controls"]
     parts = [f'<div class="attnbook-control-inputs" role="group" aria-label="{html.escape(control_id)}">']
     for index, spec in enumerate(specs):
