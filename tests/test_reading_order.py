@@ -46,6 +46,7 @@ MODULE_TAUGHT_IN = {
     "attnbook.ablations": "chapters/08b_transformer_block",
     "attnbook.dates": "chapters/08c_cross_attention",
     "attnbook.encoder_decoder": "chapters/08c_cross_attention",
+    "attnbook.dropout_study": "chapters/08c_cross_attention",
 }
 # A subpackage's place is its modules' place: attnbook.grading.runner is a tool like attnbook.grading.
 for _info in pkgutil.walk_packages(attnbook.__path__, prefix="attnbook."):
@@ -100,6 +101,7 @@ TAUGHT_IN = {
     "repeat_loss": "chapters/08_multi_head_attention",
     "train_repeat": "chapters/08_multi_head_attention",
     "evaluate_repeat": None,
+    "train_steps": None,  # the loop inside train_repeat (and the other transformers' training)
     # attnbook.efficient: tiles and caches are the subject of chapter 9
     "tiled_attention": "chapters/09_attention_at_scale",
     "online_softmax_step": "chapters/09_attention_at_scale",

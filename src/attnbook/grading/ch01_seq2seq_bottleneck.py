@@ -179,7 +179,7 @@ def model_sizes(case) -> list[tuple[int, int, int]]:
 
 def counted(V: int, E: int, H: int) -> int:
     """The parameters of the bottleneck model, counted on the model itself."""
-    from ..seq2seq import build_model
+    from ..seq2seq_models import build_model
 
     model = build_model("none", hidden_dim=H, embed_dim=E, vocab_size=V)
     return sum(p.numel() for p in model.parameters())
