@@ -24,6 +24,7 @@ import pytest
 
 import attnbook
 from chapter_debts import rule_test
+from test_notation import rule_cells
 from test_notebooks import ENTRIES, allowed, notebook_or_none, parse_cell, public_names
 
 ANYWHERE = "anywhere"
@@ -174,9 +175,7 @@ def order_violations(entry: str, nb) -> dict[str, str]:
     """Names used in ``entry`` that are taught later (or never)."""
     position = {e: i for i, e in enumerate(ENTRIES)}
     found = {}
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or "remove-cell" in cell.metadata.get("tags", []):
-            continue
+    for index, cell in rule_cells(nb, ("code",)):
         for name, module in used_names(parse_cell(cell)):
             where = taught_in(name, module)
             if where == ANYWHERE or allowed(cell, f"order:{name}"):
