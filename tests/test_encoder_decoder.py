@@ -10,9 +10,12 @@ import torch
 
 from attnbook import dates
 from attnbook.datafiles import DATA_DIR, DataFileError, record
+from attnbook.dropout_study import (
+    DROPOUT_RESULTS, DROPOUT_STUDY, dropout_checkpoint, dropout_pool, load_dropout_results, run_dropout_study,
+)
 from attnbook.encoder_decoder import (
-    DATES_CHECKPOINT, DATES_CONFIG, DATES_RESULTS, DROPOUT_RESULTS, DROPOUT_STUDY, EncoderDecoder, dropout_checkpoint,
-    dropout_pool, evaluate_dates, load_dates_results, load_dropout_results, load_model, run_dropout_study, save_model,
+    DATES_CHECKPOINT, DATES_CONFIG, DATES_RESULTS, EncoderDecoder, evaluate_dates, load_dates_results, load_model,
+    save_model,
 )
 
 V = dates.VOCAB_SIZE

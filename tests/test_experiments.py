@@ -14,7 +14,7 @@ from attnbook.experiments import (
     DATA_DIR, RESULTS_FILE, checkpoint_path, load_checkpoint, load_results, run, save_checkpoint,
     train_one,
 )
-from attnbook.seq2seq import SCORE_NAMES
+from attnbook.seq2seq_models import SCORE_NAMES
 
 SHIPPED = sorted(DATA_DIR.glob("seq2seq_*_seed*.pt"))
 

@@ -63,14 +63,17 @@ RULES_OF_NOTATION = [
 ]
 
 
+def rule_cells(nb, kinds: tuple[str, ...] = ("markdown", "code")):
+    """(index, cell) of every cell of ``kinds`` that a chapter rule reads: all but removed cells."""
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type in kinds and "remove-cell" not in cell.metadata.get("tags", []):
+            yield index, cell
+
+
 def notation_violations(entry: str, nb) -> dict[str, str]:
     """(rule, text) -> message, for every text that breaks a rule outside an allowed cell."""
     found = {}
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type not in ("markdown", "code"):
-            continue
-        if "remove-cell" in cell.metadata.get("tags", []):
-            continue
+    for index, cell in rule_cells(nb):
         for rule in RULES_OF_NOTATION:
             pattern = rule.markdown if cell.cell_type == "markdown" else rule.code
             if pattern is None or allowed(cell, f"notation:{rule.name}"):

@@ -24,6 +24,7 @@ import pytest
 
 import attnbook
 from chapter_debts import rule_test
+from test_notation import rule_cells
 from test_notebooks import ENTRIES, allowed, notebook_or_none, parse_cell, public_names
 
 ANYWHERE = "anywhere"
@@ -46,6 +47,7 @@ MODULE_TAUGHT_IN = {
     "attnbook.ablations": "chapters/08b_transformer_block",
     "attnbook.dates": "chapters/08c_cross_attention",
     "attnbook.encoder_decoder": "chapters/08c_cross_attention",
+    "attnbook.dropout_study": "chapters/08c_cross_attention",
 }
 # A subpackage's place is its modules' place: attnbook.grading.runner is a tool like attnbook.grading.
 for _info in pkgutil.walk_packages(attnbook.__path__, prefix="attnbook."):
@@ -100,6 +102,7 @@ TAUGHT_IN = {
     "repeat_loss": "chapters/08_multi_head_attention",
     "train_repeat": "chapters/08_multi_head_attention",
     "evaluate_repeat": None,
+    "train_steps": None,  # the loop inside train_repeat (and the other transformers' training)
     # attnbook.efficient: tiles and caches are the subject of chapter 9
     "tiled_attention": "chapters/09_attention_at_scale",
     "online_softmax_step": "chapters/09_attention_at_scale",
@@ -172,9 +175,7 @@ def order_violations(entry: str, nb) -> dict[str, str]:
     """Names used in ``entry`` that are taught later (or never)."""
     position = {e: i for i, e in enumerate(ENTRIES)}
     found = {}
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or "remove-cell" in cell.metadata.get("tags", []):
-            continue
+    for index, cell in rule_cells(nb, ("code",)):
         for name, module in used_names(parse_cell(cell)):
             where = taught_in(name, module)
             if where == ANYWHERE or allowed(cell, f"order:{name}"):

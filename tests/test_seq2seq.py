@@ -13,10 +13,8 @@ from attnbook.data import EOS, PAD, VOCAB_SIZE, ReversalTask, make_batch
 from attnbook.functional import attention
 from attnbook.masks import padding_mask
 from attnbook.scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
-from attnbook.seq2seq import (
-    SCORE_NAMES, AttentionDecoder, BottleneckDecoder, Encoder, Seq2Seq, attention_step, build_model,
-    make_score,
-)
+from attnbook.seq2seq import AttentionDecoder, BottleneckDecoder, Encoder, Seq2Seq, attention_step
+from attnbook.seq2seq_models import SCORE_NAMES, build_model, make_score
 
 F64 = torch.float64
 

@@ -42,7 +42,7 @@ from torch import Tensor, nn
 from .block import TransformerBlock
 from .datafiles import DATA_DIR, load_checkpoint_file, load_json_file, record
 from .encoder_decoder import round_to_float16, save_model
-from .transformer import TinyTransformer
+from .transformer import TinyTransformer, train_steps
 
 __all__ = [
     "VARIANTS",
@@ -160,18 +160,12 @@ def train_lookup(model: nn.Module, table: Tensor, *, steps: int, batch_size: int
     """
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    model.train()
-    losses = []
-    for _ in range(steps):
+
+    def batch_loss() -> Tensor:
         tokens, targets = lookup_batch(batch_size, seq_len, table, generator)  # (B, N), (B, N - 1)
-        loss, _ = lookup_loss(model(tokens), targets)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        losses.append(loss.item())
-    model.eval()
-    return losses
+        return lookup_loss(model(tokens), targets)[0]
+
+    return train_steps(model, optimizer, steps, batch_loss)
 
 
 @torch.no_grad()

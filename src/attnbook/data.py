@@ -105,16 +105,24 @@ def to_symbols(ids: Sequence[int] | Tensor) -> list[str]:
     >>> to_symbols([1, 6, 2])
     ['<sos>', '3', '<eos>']
     """
+    return [VOCAB[index] for index in checked_ids("to_symbols", ids, VOCAB_SIZE)]
+
+
+def checked_ids(where: str, ids: Sequence[int] | Tensor, vocab_size: int) -> list[int]:
+    """``ids`` (ints or a 1-D tensor) as a list, after checking that each is a token id in
+    0..vocab_size-1; ``where`` names the caller in the error.
+
+    Shapes:
+        ids (T,) -> T ints
+    """
     if isinstance(ids, Tensor):
         if ids.dim() != 1:
-            raise ValueError(f"to_symbols: `ids` must be 1-D (one sequence); got shape {tuple(ids.shape)}")
+            raise ValueError(f"{where}: `ids` must be 1-D (one sequence); got shape {tuple(ids.shape)}")
         ids = ids.tolist()
-    symbols = []
     for index in ids:
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < VOCAB_SIZE:
-            raise ValueError(f"to_symbols: `ids` must hold token ids in 0..{VOCAB_SIZE - 1}; got {index!r}")
-        symbols.append(VOCAB[index])
-    return symbols
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < vocab_size:
+            raise ValueError(f"{where}: `ids` must hold token ids in 0..{vocab_size - 1}; got {index!r}")
+    return list(ids)
 
 
 def pad_sequences(sequences: Sequence[Sequence[int]], pad: int = PAD) -> tuple[Tensor, Tensor]:

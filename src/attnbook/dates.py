@@ -37,7 +37,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .data import pad_sequences
+from .data import checked_ids, pad_sequences
 
 __all__ = [
     "PAD",
@@ -221,14 +221,8 @@ def decode(ids: Sequence[int] | Tensor, strip: bool = True) -> str:
     Shapes:
         ids (n,) -> a string of at most n characters
     """
-    if isinstance(ids, Tensor):
-        if ids.dim() != 1:
-            raise ValueError(f"decode: `ids` must be 1-D (n,); got shape {tuple(ids.shape)}")
-        ids = ids.tolist()
     out = []
-    for i in ids:
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < VOCAB_SIZE:
-            raise ValueError(f"decode: `ids` must hold ints in 0..{VOCAB_SIZE - 1}; got {i!r}")
+    for i in checked_ids("decode", ids, VOCAB_SIZE):
         if strip and i == EOS:
             break
         if strip and i in (PAD, SOS):

@@ -12,9 +12,8 @@ Train and ship the book's dates model from the repository root::
 
 It writes ``dates_model.pt`` (configuration and state_dict) and ``dates_results.json`` (test
 accuracy per format, training loss, training time) into ``data/`` and records them in the
-manifest (:mod:`attnbook.datafiles`). With ``--dropout-study`` it trains instead a smaller model
-on a small fixed training set with and without dropout, for several seeds
-(``dates_dropout.json``, ``dates_dropout_p<p>_seed0.pt``).
+manifest (:mod:`attnbook.datafiles`). With ``--dropout-study`` it runs instead the dropout study
+of :mod:`attnbook.dropout_study`.
 
 Shapes:
     B batch, S source length, L target length, E width, H heads, V vocabulary size.
@@ -27,7 +26,6 @@ import argparse
 import json
 import math
 import pathlib
-import statistics
 import time
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -36,10 +34,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import _checks as check
 from . import dates
 from .block import DecoderBlock, TransformerBlock
 from .datafiles import DATA_DIR, load_checkpoint_file, load_json_file, record
 from .positions import sinusoidal_positions
+from .transformer import train_steps
 
 __all__ = [
     "Attentions",
@@ -49,12 +49,6 @@ __all__ = [
     "DATES_CONFIG",
     "DATES_CHECKPOINT",
     "DATES_RESULTS",
-    "DROPOUT_STUDY",
-    "DROPOUT_RESULTS",
-    "dropout_pool",
-    "dropout_checkpoint",
-    "run_dropout_study",
-    "load_dropout_results",
     "save_model",
     "round_to_float16",
     "load_model",
@@ -112,8 +106,7 @@ class EncoderDecoder(nn.Module):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("max_len", max_len), ("embed_dim", embed_dim),
                             ("num_encoder_layers", num_encoder_layers), ("num_decoder_layers", num_decoder_layers)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"EncoderDecoder: `{name}` must be a positive int; got {value!r}")
+            check.positive_int("EncoderDecoder", name, value)
         if embed_dim % 2:
             raise ValueError(f"EncoderDecoder: `embed_dim` must be even (sinusoidal positions); got {embed_dim}")
         self.vocab_size, self.max_len, self.embed_dim, self.num_heads = vocab_size, max_len, embed_dim, num_heads
@@ -134,17 +127,9 @@ class EncoderDecoder(nn.Module):
 
     # ------------------------------------------------------------------ checks
     def _check_tokens(self, where: str, name: str, tokens: object) -> Tensor:
-        if not isinstance(tokens, Tensor):
-            raise TypeError(f"{where}: `{name}` must be a tensor of token ids; got {type(tokens).__name__}")
-        if tokens.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"{where}: `{name}` must hold integer token ids (int64); got dtype {tokens.dtype}")
-        if tokens.dim() != 2 or tokens.shape[1] == 0:
-            raise ValueError(f"{where}: `{name}` must be 2-D (B, length) with length >= 1; got shape {_shape(tokens)}")
-        if tokens.shape[1] > self.max_len:
-            raise ValueError(f"{where}: `{name}` has length {tokens.shape[1]}, more than max_len={self.max_len}")
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
-            bad = tokens[(tokens < 0) | (tokens >= self.vocab_size)][0].item()
-            raise ValueError(f"{where}: `{name}` holds the id {bad}, outside 0..{self.vocab_size - 1} (vocab_size)")
+        check.token_ids(where, name, tokens, self.vocab_size)
+        if not 1 <= tokens.shape[1] <= self.max_len:
+            raise ValueError(f"{where}: `{name}` has length {tokens.shape[1]}; expected 1..max_len={self.max_len}")
         return tokens
 
     def _check_source(self, where: str, src: object, src_key_mask: object) -> None:
@@ -298,15 +283,6 @@ DATES_CONFIG = {
 DATES_CHECKPOINT = "dates_model.pt"
 DATES_RESULTS = "dates_results.json"
 
-# Dropout earns its place when the training set is small: the same few hundred training dates,
-# seen again and again, with and without dropout.
-DROPOUT_STUDY = {
-    "model": {**DATES_CONFIG, "embed_dim": 32},
-    "pool_size": 300, "pool_seed": 100, "steps": 800, "batch_size": 64, "lr": 2e-3,
-    "dropouts": (0.0, 0.2),
-}
-DROPOUT_RESULTS = "dates_dropout.json"
-
 
 def _sequence_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
     """Mean cross-entropy over every target position. logits (B, L, V), tgt_out (B, L) -> ()."""
@@ -340,22 +316,15 @@ def train_dates(
         optimizer,
         lambda step: min(1.0, (step + 1) / warmup) * 0.5 * (1.0 + math.cos(math.pi * step / steps)),
     )
-    model.train()
-    losses = []
-    for _ in range(steps):
+
+    def batch_loss() -> Tensor:
         if pool is None:
             batch = dates.train_batch(batch_size, generator)
         else:
             batch = dates.make_batch([pool[i] for i in torch.randint(len(pool), (batch_size,), generator=generator)])
-        loss = _sequence_loss(model(batch.src, batch.src_key_mask, batch.tgt_in), batch.tgt_out)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-    model.eval()
-    return losses
+        return _sequence_loss(model(batch.src, batch.src_key_mask, batch.tgt_in), batch.tgt_out)
+
+    return train_steps(model, optimizer, steps, batch_loss, schedule)
 
 
 @torch.no_grad()
@@ -420,86 +389,6 @@ def load_dates_results(path: str | pathlib.Path = DATA_DIR / DATES_RESULTS) -> d
     return load_json_file(path)
 
 
-def dropout_pool() -> list[dates.DateExample]:
-    """The fixed small training set of the dropout study (training dates only, every format).
-
-    Shapes:
-        no tensors: ``DROPOUT_STUDY["pool_size"]`` examples
-    """
-    generator = torch.Generator().manual_seed(DROPOUT_STUDY["pool_seed"])
-    return dates.sample_examples(DROPOUT_STUDY["pool_size"], generator, split="train")
-
-
-def dropout_checkpoint(dropout: float, seed: int, data_dir: str | pathlib.Path = DATA_DIR) -> pathlib.Path:
-    """Where the dropout study's model with ``dropout`` trained with ``seed`` is saved.
-
-    Shapes:
-        no tensors (a path)
-    """
-    if dropout not in DROPOUT_STUDY["dropouts"]:
-        raise ValueError(f"dropout_checkpoint: `dropout` must be one of {DROPOUT_STUDY['dropouts']}; got {dropout!r}")
-    return pathlib.Path(data_dir) / f"dates_dropout_p{dropout:.1f}_seed{seed}.pt"
-
-
-def _exact(model: EncoderDecoder, examples: Sequence[dates.DateExample]) -> float:
-    return statistics.fmean(p == e.iso for p, e in zip(evaluate_dates(model, examples), examples))
-
-
-def run_dropout_study(seeds: Sequence[int] = (0, 1, 2), save_seeds: Sequence[int] = (0,),
-                      out: str | pathlib.Path = DATA_DIR, steps: int | None = None,
-                      test_per_format: int = 40) -> dict:
-    """Train the study's model on the small fixed training set with each dropout probability and
-    seed; measure exact match on that training set and on the test set; save the checkpoints of
-    ``save_seeds`` and ``dates_dropout.json`` in ``out``, recorded in its manifest. ``steps``
-    overrides the study's number of steps and ``test_per_format`` the size of the test set (for
-    quick checks; the book's runs use the study's steps and the whole test set).
-
-    Shapes:
-        no tensors returned: the results dict
-    """
-    out = pathlib.Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    study = dict(DROPOUT_STUDY, **({} if steps is None else {"steps": steps}))
-    pool, test = dropout_pool(), dates.test_set(per_format=test_per_format)
-    runs, written = {}, []
-    for dropout in study["dropouts"]:
-        for seed in seeds:
-            torch.manual_seed(seed)
-            model = EncoderDecoder(**study["model"], dropout=dropout)
-            start, cpu = time.perf_counter(), time.process_time()
-            losses = train_dates(model, steps=study["steps"], batch_size=study["batch_size"], lr=study["lr"],
-                                 seed=seed, pool=pool)
-            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-            if seed in save_seeds:
-                path = dropout_checkpoint(dropout, seed, out)
-                save_model(model, path, {**study["model"], "dropout": dropout, "seed": seed, "steps": study["steps"]})
-                written.append(path)
-            else:
-                round_to_float16(model)  # measured as it would be shipped
-            runs[f"p{dropout:.1f}/seed{seed}"] = {
-                "dropout": dropout, "seed": seed, "train_exact": _exact(model, pool), "test_exact": _exact(model, test),
-                "train_seconds": round(seconds, 1), "train_cpu_seconds": round(cpu, 1),
-                "loss_every_10": [round(x, 4) for x in losses[::10]],
-            }
-            run = runs[f"p{dropout:.1f}/seed{seed}"]
-            print(f"dropout {dropout:.1f} seed {seed}: exact match on its {len(pool)} training dates "
-                  f"{run['train_exact']:.3f}, on the test dates {run['test_exact']:.3f}, {cpu:.0f} s CPU", flush=True)
-    results = {"setup": {**study, "test_size": len(test)}, "runs": runs}
-    results_path = out / DROPOUT_RESULTS
-    results_path.write_text(json.dumps(results, indent=1) + "\n")
-    record(written + [results_path], out)
-    return results
-
-
-def load_dropout_results(path: str | pathlib.Path = DATA_DIR / DROPOUT_RESULTS) -> dict:
-    """The results of the dropout study (verified against the manifest).
-
-    Shapes:
-        no tensors
-    """
-    return load_json_file(path)
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """The command line: ``python -m attnbook.encoder_decoder --help``.
 
@@ -520,6 +409,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.dropout_study:
+        from .dropout_study import run_dropout_study  # the study builds on this module
+
         run_dropout_study(args.seeds, out=args.out)
         return
     out = pathlib.Path(args.out)
@@ -552,6 +443,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     results_path.write_text(json.dumps(results, indent=1) + "\n")
     record([checkpoint, results_path], out)
     print(f"dates model: {args.steps} steps in {seconds:.0f} s, exact match {exact:.3f} on {len(examples)} test dates")
+
+
+# The dropout study lives in attnbook.dropout_study; chapter 8c still imports these three names
+# from here. (A lazy lookup: the study's module imports this one.)
+_MOVED_TO_DROPOUT_STUDY = ("DROPOUT_STUDY", "dropout_checkpoint", "load_dropout_results")
+
+
+def __getattr__(name: str) -> object:
+    if name in _MOVED_TO_DROPOUT_STUDY:
+        from . import dropout_study
+
+        return getattr(dropout_study, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

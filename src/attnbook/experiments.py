@@ -32,7 +32,8 @@ import torch
 from . import _checks as check
 from .data import ReversalTask
 from .datafiles import DATA_DIR, DataFileError, load_checkpoint_file, load_json_file, record
-from .seq2seq import SCORE_NAMES, Seq2Seq, build_model
+from .seq2seq import Seq2Seq
+from .seq2seq_models import SCORE_NAMES, build_model
 from .train import evaluate, train
 
 __all__ = [

@@ -7,7 +7,7 @@
   :func:`attention_step` with any score from :mod:`attnbook.scores`.
 * :class:`Seq2Seq` puts an encoder and a decoder together: ``forward`` for training with
   teacher forcing, :meth:`Seq2Seq.greedy_decode` for inference.
-* :func:`build_model` makes the models the book compares, by score name.
+* :func:`attnbook.seq2seq_models.build_model` makes the models the book compares, by score name.
 
 Shapes:
     B batch, S source length, T target length, V vocabulary size,
@@ -18,8 +18,6 @@ Shapes:
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 from torch import Tensor, nn
 
@@ -27,7 +25,6 @@ from . import _checks as check
 from .attention import Attention
 from .data import EOS, PAD, SOS, VOCAB_SIZE
 from .masks import padding_mask
-from .scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
 
 __all__ = [
     "attention_step",
@@ -35,9 +32,6 @@ __all__ = [
     "BottleneckDecoder",
     "AttentionDecoder",
     "Seq2Seq",
-    "SCORE_NAMES",
-    "make_score",
-    "build_model",
 ]
 
 
@@ -126,6 +120,17 @@ def _check_source(where: str, src: Tensor, src_lengths: Tensor, vocab_size: int)
         )
 
 
+def token_gru(vocab_size: int, embed_dim: int, hidden_dim: int) -> tuple[nn.Embedding, nn.GRU]:
+    """The token embedding (PAD embeds to zeros) and the GRU that reads the embedded tokens, as
+    :class:`Encoder` and :class:`BottleneckDecoder` both use them.
+
+    Shapes:
+        embedding: tokens (B, S) -> (B, S, E); GRU: (B, S, E) -> states (B, S, hidden_dim)
+    """
+    embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
+    return embedding, nn.GRU(embed_dim, hidden_dim, batch_first=True)
+
+
 class Encoder(nn.Module):
     """Embed the source tokens and run a GRU over them.
 
@@ -147,10 +152,9 @@ class Encoder(nn.Module):
         hidden_dim: int = 64,
     ) -> None:
         super().__init__()
-        self.embedding = nn.Embedding(
-            vocab_size, embed_dim, padding_idx=PAD
+        self.embedding, self.rnn = token_gru(
+            vocab_size, embed_dim, hidden_dim
         )
-        self.rnn = nn.GRU(embed_dim, hidden_dim, batch_first=True)
         self.hidden_dim = hidden_dim
 
     def forward(
@@ -199,10 +203,9 @@ class BottleneckDecoder(nn.Module):
         hidden_dim: int = 64,
     ) -> None:
         super().__init__()
-        self.embedding = nn.Embedding(
-            vocab_size, embed_dim, padding_idx=PAD
+        self.embedding, self.rnn = token_gru(
+            vocab_size, embed_dim, hidden_dim
         )
-        self.rnn = nn.GRU(embed_dim, hidden_dim, batch_first=True)
         self.out = nn.Linear(hidden_dim, vocab_size)
 
     def step(
@@ -402,52 +405,14 @@ class Seq2Seq(nn.Module):
         return torch.stack(tokens, dim=1), weights_out  # (B, T')
 
 
-SCORE_NAMES = ("none", "dot", "scaled_dot", "bilinear", "additive")
-
-_SCORE_MAKERS: dict[str, Callable[[int, int], nn.Module]] = {
-    "dot": lambda q, k: DotScore(),
-    "scaled_dot": lambda q, k: ScaledDotScore(),
-    "bilinear": lambda q, k: BilinearScore(q, k),
-    "additive": lambda q, k: AdditiveScore(q, k, q),
-}
+# The builder lives in attnbook.seq2seq_models; chapters 1 and 5b still import these names from here.
+# (A lazy lookup: the builder's module imports this one.)
+_MOVED_TO_SEQ2SEQ_MODELS = ("SCORE_NAMES", "make_score", "build_model")
 
 
-def make_score(name: str, query_dim: int = 64, key_dim: int = 64) -> nn.Module:
-    """The score module called ``name`` (``"dot"``, ``"scaled_dot"``, ``"bilinear"``,
-    ``"additive"``; the additive score's hidden width is ``query_dim``).
+def __getattr__(name: str) -> object:
+    if name in _MOVED_TO_SEQ2SEQ_MODELS:
+        from . import seq2seq_models
 
-    Shapes:
-        the score maps queries (B, L, query_dim), keys (B, S, key_dim) -> scores (B, L, S)
-    """
-    if name not in _SCORE_MAKERS:
-        raise ValueError(f"make_score: `name` must be one of {tuple(_SCORE_MAKERS)}; got {name!r}")
-    return _SCORE_MAKERS[name](query_dim, key_dim)
-
-
-def build_model(score: str | nn.Module | None = None, hidden_dim: int = 64,
-                embed_dim: int | None = None, vocab_size: int = VOCAB_SIZE) -> Seq2Seq:
-    """A GRU seq2seq model: no attention (``score`` None or ``"none"``: the bottleneck model) or
-    an attention decoder with the named score (see :data:`SCORE_NAMES`) or a given score module.
-
-    The embedding width defaults to ``hidden_dim``. Seed ``torch`` first for reproducible weights.
-
-    Shapes:
-        the model maps src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V)
-    """
-    for name, value in (("hidden_dim", hidden_dim), ("vocab_size", vocab_size)):
-        check.positive_int("build_model", name, value)
-    embed_dim = hidden_dim if embed_dim is None else embed_dim
-    encoder = Encoder(vocab_size, embed_dim, hidden_dim)
-    if score is None or score == "none":
-        decoder: nn.Module = BottleneckDecoder(vocab_size, embed_dim, hidden_dim)
-    else:
-        if isinstance(score, str):
-            if score not in SCORE_NAMES:
-                raise ValueError(f"build_model: `score` must be None, a score module or one of "
-                                 f"{SCORE_NAMES}; got {score!r}")
-            score = make_score(score, hidden_dim, hidden_dim)
-        elif not isinstance(score, nn.Module):
-            raise TypeError(f"build_model: `score` must be None, a name or a score module; got "
-                            f"{type(score).__name__}")
-        decoder = AttentionDecoder(score, vocab_size, embed_dim, hidden_dim, hidden_dim)
-    return Seq2Seq(encoder, decoder)
+        return getattr(seq2seq_models, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,6 +17,8 @@ Shapes:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -33,6 +35,7 @@ __all__ = [
     "repeat_loss",
     "train_repeat",
     "evaluate_repeat",
+    "train_steps",
 ]
 
 
@@ -235,15 +238,39 @@ def train_repeat(
         raise ValueError(f"train_repeat: 2 * half_len = {2 * half_len} exceeds the model's max_len={model.max_len}")
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def batch_loss() -> Tensor:
+        tokens = repeat_batch(batch_size, half_len, model.vocab_size, generator=generator)  # (B, 2N)
+        return repeat_loss(model(tokens), tokens)[0]
+
+    return train_steps(model, optimizer, steps, batch_loss)
+
+
+def train_steps(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    steps: int,
+    batch_loss: Callable[[], Tensor],
+    schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
+) -> list[float]:
+    """The training loop the book's transformers share: ``steps`` times, draw a batch and compute
+    its loss (``batch_loss()``), back-propagate, clip the gradient norm to 1.0, step ``optimizer``
+    (and ``schedule``). ``model`` trains in train mode and is left in eval mode. Returns the loss
+    of every step.
+
+    Shapes:
+        batch_loss() -> loss (); returns steps floats
+    """
     model.train()
     losses = []
     for _ in range(steps):
-        tokens = repeat_batch(batch_size, half_len, model.vocab_size, generator=generator)  # (B, 2N)
-        loss, _ = repeat_loss(model(tokens), tokens)
+        loss = batch_loss()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        if schedule is not None:
+            schedule.step()
         losses.append(loss.item())
     model.eval()
     return losses

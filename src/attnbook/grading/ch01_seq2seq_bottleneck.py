@@ -9,7 +9,7 @@ from ..functional import masked_softmax
 from ..data import PAD, ReversalTask, make_batch
 from ..masks import padding_mask
 from .compare import Wrong, check_number, compare
-from .harness import answer, call, exercise, part
+from .harness import call, exercise, part, seeded_answer
 from .mistakes import M_POLARITY
 
 # ------------------------------------------------------------------------------------------------
@@ -127,14 +127,7 @@ def padding_batch(seed: int):
 
 @part(PADDING_FRACTION, "fraction")
 def padding_fraction_value(case):
-    got = yield answer()
-    if not isinstance(got, dict):
-        raise Wrong(f"Your answer is {type(got).__name__}; expected a dict "
-                    "{'seed': ..., 'fraction': ...}.")
-    seed = got.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
-        raise Wrong(f"Your answer's 'seed' is {seed!r:.40}; expected the int you passed to "
-                    "task.sample.")
+    got, seed = yield from seeded_answer(("fraction",), "task.sample")
     batch = padding_batch(seed)
     padded = batch.tgt_out == PAD  # (B, L)
     ref = padded.float().mean().item()
@@ -179,7 +172,7 @@ def model_sizes(case) -> list[tuple[int, int, int]]:
 
 def counted(V: int, E: int, H: int) -> int:
     """The parameters of the bottleneck model, counted on the model itself."""
-    from ..seq2seq import build_model
+    from ..seq2seq_models import build_model
 
     model = build_model("none", hidden_dim=H, embed_dim=E, vocab_size=V)
     return sum(p.numel() for p in model.parameters())

@@ -21,6 +21,7 @@ M_SPLIT_INTERLEAVE = ("Your heads take every H-th feature (you reshaped to (B, L
                       "the contiguous block of features h·D ... (h+1)·D - 1: reshape to (B, L, H, D).")
 M_NO_OUT = ("Your output skips the output projection W_o: after merging the heads, mix them with "
             "`output @ W_o.T` (an `nn.Linear(E, E)`).")
+M_NO_OUT_MODULE = M_NO_OUT.replace("`output @ W_o.T`", "a final `nn.Linear(E, E)`")  # said of a module
 MODULES = ["attnbook.multihead.MultiHeadAttention", "attnbook.multihead.CausalSelfAttention",
            "torch.nn.MultiheadAttention", "torch.nn.functional.multi_head_attention_forward"]
 
@@ -199,7 +200,7 @@ def forward_case(case, H, function_sizes, with_mask):
     if not res.loaded:
         shapes = [tuple(s) for s in res.shapes]
         if shapes.count((8, 8)) == 3 or shapes == [(24, 8)]:
-            raise Wrong(M_NO_OUT.replace("`output @ W_o.T`", "a final `nn.Linear(E, E)`"))
+            raise Wrong(M_NO_OUT_MODULE)
         raise Wrong("To grade your module, give it four Linear(E, E) layers registered in the order q, "
                     f"k, v, out (or a fused (3E, E) weight and an out layer); found weights {shapes}.")
     compare(res.value, mha_ref(*margs, H, mmask), "output", mha_variants(margs, H, mmask))
@@ -237,7 +238,7 @@ def forward_structure(case):
     shapes = [tuple(s) for s in first.shapes]
     blocks = shapes.count((E, E)) + 3 * shapes.count((3 * E, E))  # (E, E) projections
     if blocks == 3:
-        raise Wrong(M_NO_OUT.replace("`output @ W_o.T`", "a final `nn.Linear(E, E)`"))
+        raise Wrong(M_NO_OUT_MODULE)
     if blocks < 4:
         raise Wrong(f"Expected four (E, E) projections (q, k, v and the output projection); your module "
                     f"has weights of shapes {shapes}.")

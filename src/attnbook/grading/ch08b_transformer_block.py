@@ -11,7 +11,7 @@ from torch import Tensor
 from ..ablations import EXPERIMENTS, MODEL_KEYS, ablation_model, lookup_batch, lookup_table
 from ..block import TransformerBlock
 from .compare import Wrong, check_number, compare
-from .harness import answer, call, exercise, part
+from .harness import call, exercise, part, seeded_answer
 
 # ------------------------------------------------------------------------------------------------
 # Exercise 8b.1: rms_norm (implementation, not shown in the chapter)
@@ -107,21 +107,10 @@ def spreads_per_block(variant: str, seed: int) -> tuple[float, ...]:
     return tuple(spreads)
 
 
-def spread_answer(case):
-    got = yield answer()
-    if not isinstance(got, dict):
-        raise Wrong(f"Your answer is {type(got).__name__}; expected a dict "
-                    "{'seed': ..., 'no_norm': ..., 'post_norm': ...}.")
-    seed = got.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
-        raise Wrong(f"Your answer's 'seed' is {seed!r:.40}; expected the int you passed to "
-                    "torch.manual_seed before building each model.")
-    return got, seed
-
-
 def spread_part(variant: str):
     def run(case):
-        got, seed = yield from spread_answer(case)
+        got, seed = yield from seeded_answer(("no_norm", "post_norm"),
+                                             "torch.manual_seed before building each model")
         value = got.get(variant)
         own = spreads_per_block(variant, seed)
         others = {v: spreads_per_block(v, seed)[-1] for v in ("full", "no_residual") + SPREAD_VARIANTS

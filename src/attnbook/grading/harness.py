@@ -29,7 +29,7 @@ from .compare import Wrong, exception_message, warning_notes
 from .forked import isolated
 
 __all__ = ["Feedback", "Wrong", "Exercise", "EXERCISES", "exercise", "part", "Case", "call", "answer",
-           "either", "check", "exercise_ids", "parts", "describe", "get_exercise", "PendingPart",
+           "seeded_answer", "either", "check", "exercise_ids", "parts", "describe", "get_exercise", "PendingPart",
            "DEFAULT_TIMEOUT", "HIDDEN_SEED"]
 
 DEFAULT_TIMEOUT = 5.0  # seconds per part
@@ -208,6 +208,21 @@ def call(*args, hints=None, **kwargs) -> Call:
 def answer() -> Call:
     """The student's answer itself (a dict, a set, a number); the part receives a copy of it."""
     return Call({"op": "answer"})
+
+
+def seeded_answer(keys: tuple[str, ...], seed_from: str) -> Iterator[Call]:
+    """The student's answer to an experiment they ran with a seed of their choice: a dict
+    ``{'seed': int, key: ... for key in keys}``. :class:`Wrong` unless it is a dict whose seed is
+    an int in 0..2**31 - 1 (``seed_from`` says where they passed it). A part calls it as
+    ``got, seed = yield from seeded_answer(...)``."""
+    got = yield answer()
+    if not isinstance(got, dict):
+        fields = ", ".join(f"'{key}': ..." for key in ("seed", *keys))
+        raise Wrong(f"Your answer is {type(got).__name__}; expected a dict {{{fields}}}.")
+    seed = got.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+        raise Wrong(f"Your answer's 'seed' is {seed!r:.40}; expected the int you passed to {seed_from}.")
+    return got, seed
 
 
 def either(function: Call | None, init: tuple | None = None, weights=None, args: tuple = (),
