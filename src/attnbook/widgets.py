@@ -12,7 +12,8 @@ matplotlib axis, and calls :func:`explore` once::
     )
 
 - In a notebook someone is running (Jupyter, Colab, VS Code), it shows the real control: an
-  ipywidgets slider or dropdown above an image that ``draw`` redraws when the control moves.
+  ipywidgets slider or dropdown above an image that ``draw`` redraws when the control moves, and
+  the image's description (``alt``) under it.
 - When the book executes the notebook (``make execute``, nbval: no one at the keyboard, the kernel
   is asked to run without stdin), it draws every setting instead, with the same ``draw``, and
   stores one ``image/png`` output per setting. The website turns those outputs into a control
@@ -37,6 +38,7 @@ and the website shows the chapter's static figure (:func:`small_multiples` with 
 from __future__ import annotations
 
 import base64
+import html
 import itertools
 import math
 import os
@@ -254,17 +256,21 @@ class Explorer:
                 inputs.append(ipywidgets.SelectionSlider(continuous_update=False, **common))
             else:
                 inputs.append(ipywidgets.Dropdown(**common))
-        image = ipywidgets.Image(value=self.png(**self.initial), format="png",
-                                 tooltip=self.alt_text(**self.initial))
+        image = ipywidgets.Image(value=self.png(**self.initial), format="png")
+        # The image's description, as text under it. Not as the Image's tooltip: JupyterLab's
+        # widget manager (ipywidgets 8.1) cannot show a tooltip on a widget without a
+        # `description` and shows an error in place of the image.
+        description = ipywidgets.HTML(value=html.escape(self.alt_text(**self.initial)))
+        description.add_class("attnbook-description")
 
         def redraw(_change=None):
             setting = {c.name: w.value for c, w in zip(self.controls, inputs)}
             image.value = self.png(**setting)
-            image.tooltip = self.alt_text(**setting)
+            description.value = html.escape(self.alt_text(**setting))
 
         for w in inputs:
             w.observe(redraw, names="value")
-        return ipywidgets.VBox([*inputs, image])
+        return ipywidgets.VBox([*inputs, image, description])
 
     def show(self) -> None:
         """Inside IPython: the live widget, or the precomputed states when the book executes the
