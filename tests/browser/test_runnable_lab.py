@@ -90,6 +90,10 @@ def lab(tmp_path_factory):
     settings = state / "settings" / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
     (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
+    # No "get notified about Jupyter news?" prompt over the page (it would also fetch from outside).
+    notifications = state / "settings" / "@jupyterlab" / "apputils-extension"
+    notifications.mkdir(parents=True)
+    (notifications / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     log = open(state / "lab.log", "w")
     server = subprocess.Popen(["make", "--no-print-directory", "lab", f"LAB_DIR={work}", f"LAB_ARGS={args}"],
                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
