@@ -27,9 +27,10 @@ Each precomputed output carries its description in ``metadata["attnbook"]["contr
      "figure": {... attnbook.plots.figure_report ...}}
 
 (``controls`` on every state; ``indices`` are the option indices of the setting, in the order of
-``controls``; ``value`` is the index of the initial option.) A tool that makes a runnable copy of a
-chapter drops every output whose metadata has ``attnbook.control``: there the live control is the
-one that works. Set ``ATTNBOOK_CONTROLS=live`` or ``=precomputed`` to force either behaviour.
+``controls``; ``value`` is the index of the initial option.) The runnable edition
+(:mod:`attnbook.runnable`) keeps only the initial setting's image, as a plain still without that
+metadata, until the cell runs: there the live control is the one that works. Set
+``ATTNBOOK_CONTROLS=live`` or ``=precomputed`` to force either behaviour.
 
 :func:`mask_editor` has one state per subset of its cells, too many to precompute: it is live only,
 and the website shows the chapter's static figure (:func:`small_multiples` with the same ``draw``).
