@@ -18,8 +18,8 @@ import nbformat
 import pytest
 
 from attnbook.runnable import (EDITION_DIR, Book, RunnableError, copy_missing,
-                               edition_notebooks, filled_copy, runnable_notebook, stale_notebooks,
-                               write_filled_copies)
+                               edition_notebooks, exercises_start, filled_copy, runnable_notebook,
+                               stale_notebooks, write_filled_copies)
 from attnbook.runnable.syntax import without_code
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -88,6 +88,70 @@ def test_exercises_are_in_student_form_with_their_visible_tests(chapter):
             assert ours.source.strip() == visible.strip(), f"{chapter.stem}: {grading['grade_id']} differs"
             assert ours.source.strip(), f"{chapter.stem}: {grading['grade_id']} has no visible test"
     assert solutions, f"{chapter.stem} has no exercise to solve"
+
+
+def _texts(output) -> list[str]:
+    """What an output says in text: a stream's text, a result's or display's text/plain."""
+    if output.get("output_type") == "stream":
+        return [output.get("text", "")]
+    if output.get("output_type") == "error":
+        return [output.get("ename", "")]
+    data = output.get("data", {})
+    return [v for k, v in data.items() if k.endswith("text/plain") or k.endswith("text/html")]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_every_cell_before_the_exercises_ran_and_keeps_the_chapters_outputs(chapter):
+    """A reader opening the edition sees it as run top to bottom: every code cell before the
+    exercises has an execution count (1, 2, ... in order) and the outputs its chapter stored,
+    every one of them (a control's precomputed states become the still of its initial setting);
+    the exercises in student form have not run (no outputs, no counts)."""
+    from attnbook.widgets import is_precomputed_state
+
+    nb, src = edition(chapter), source(chapter)
+    by_id = {c.id: c for c in src.cells if c.cell_type == "code"}
+    start = exercises_start(nb.cells)
+    assert start < len(nb.cells), f"{chapter.stem}: no exercises heading in the edition"
+    code = [c for c in nb.cells[:start] if c.cell_type == "code"]
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), (
+        f"{chapter.stem}: execution counts {[c.execution_count for c in code]}")
+    matched = 0
+    for cell in code:
+        for output in cell.outputs:
+            if output.output_type == "execute_result":
+                assert output.execution_count == cell.execution_count, f"{chapter.stem} {cell.id}"
+        original = by_id.get(cell.id)
+        if original is None:  # the install cell and the cells that show a glued figure
+            assert cell.id == "install-the-book" or cell.id.endswith("-figure"), f"{chapter.stem}: {cell.id}"
+            continue
+        matched += 1
+        assert bool(cell.outputs) == bool(original.outputs), (
+            f"{chapter.stem} cell {cell.id}: the chapter stored {len(original.outputs)} output(s), "
+            f"the edition {len(cell.outputs)}")
+        states = [o for o in original.outputs if is_precomputed_state(o)]
+        if states:
+            stills = [o for o in cell.outputs if "image/png" in o.get("data", {})]
+            assert len(stills) == 1 and stills[0].data["image/png"] in [o.data["image/png"] for o in states], (
+                f"{chapter.stem} cell {cell.id}: a control shows the still of one of its states")
+        ours = [t for o in cell.outputs for t in _texts(o)]
+        theirs = [t for o in original.outputs if not is_precomputed_state(o) for t in _texts(o)]
+        assert ours == theirs, f"{chapter.stem} cell {cell.id}: the outputs' text differs from the chapter's"
+    assert matched == len([c for c in src.cells[:len(src.cells) - len(_exercises(src))]
+                           if c.cell_type == "code" and not _is_colab_cell(c)]), f"{chapter.stem}: a code cell is missing"
+    for cell in nb.cells[start:]:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, (
+                f"{chapter.stem} cell {cell.id}: an exercise in student form carries a run")
+
+
+def _exercises(nb) -> list:
+    from attnbook.course import exercise_section
+
+    return exercise_section(nb)
+
+
+def _is_colab_cell(cell) -> bool:
+    return "remove-cell" in cell.metadata.get("tags", []) and "google.colab" in cell.source
 
 
 def _glued_figures(nb) -> dict[str, str]:
@@ -173,8 +237,8 @@ def test_filled_copies_answer_every_exercise_from_the_chapters(tmp_path):
                 assert cell.outputs == original.outputs
                 if grading.get("solution"):
                     assert cell.source == original.source
-            if cell.cell_type == "code":
-                assert cell.outputs == [] or cell.execution_count is not None
+        counts = [c.execution_count for c in filled.cells if c.cell_type == "code"]
+        assert counts == list(range(1, len(counts) + 1)), f"{chapter.stem}: execution counts {counts}"
 
 
 # --- the converter on a small book -------------------------------------------------------------
@@ -309,6 +373,10 @@ def test_site_tags_and_website_only_outputs(tmp_path):
         "text/plain": "interactive(...)"})
     state = nbformat.v4.new_output("display_data", data={"image/png": PNG},
                                    metadata={"attnbook": {"control": {"id": "ctl-x", "state": 0}}})
+    spec = [{"name": "t", "label": "t", "kind": "slider", "labels": ["a", "b"], "value": 1}]
+    states = [nbformat.v4.new_output("display_data", data={"image/png": png}, metadata={"attnbook": {"control": {
+        "id": "ctl-y", "state": i, "indices": [i], "alt": f"State {i}.", "controls": spec}}})
+        for i, png in enumerate([PNG, base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"1" * 16).decode()])]
     cells = [
         _code("import sys\nif 'google.colab' in sys.modules:\n    pass", tags=["remove-cell"]),
         _code("hidden = 1", [nbformat.v4.new_output("stream", name="stdout", text="x\n")], tags=["remove-cell"]),
@@ -316,7 +384,9 @@ def test_site_tags_and_website_only_outputs(tmp_path):
         nbformat.v4.new_markdown_cell("Website only.", metadata={"tags": ["site-only"]}),
         nbformat.v4.new_markdown_cell("Here only.", metadata={"tags": ["remove-cell", "runnable-only"]}),
         _code("interact(...)", [widget, state], tags=["nbval-ignore-output"]),
+        _code("explore(...)", states, tags=["nbval-ignore-output"]),
         _code("secret()", [nbformat.v4.new_output("stream", name="stdout", text="y\n")], tags=["remove-output"]),
+        _code("quiet = 2"),
     ]
     nb, book = _convert(tmp_path, cells)
     sources = [c.source for c in nb.cells]
@@ -329,8 +399,15 @@ def test_site_tags_and_website_only_outputs(tmp_path):
     control = next(c for c in nb.cells if c.source == "interact(...)")
     assert [list(o.data) for o in control.outputs] == [list(widget.data)]
     assert control.metadata["tags"] == ["nbval-ignore-output"]
-    assert next(c for c in nb.cells if c.source == "secret()").outputs == []
-    counts = [c.execution_count for c in nb.cells if c.cell_type == "code" and c.outputs]
+    # a control's precomputed states: the still of its initial setting, until the live control runs
+    still = next(c for c in nb.cells if c.source == "explore(...)").outputs
+    assert [(o.output_type, o.data, o.metadata) for o in still] == [
+        ("display_data", {"image/png": states[1].data["image/png"]}, {"image/png": {"alt": "State 1."}})]
+    # the site removes these outputs; here they are folded away, not lost
+    secret = next(c for c in nb.cells if c.source == "secret()")
+    assert [o.text for o in secret.outputs] == ["y\n"] and secret.metadata["jupyter"] == {"outputs_hidden": True}
+    # every code cell ran, in order, printing or not
+    counts = [c.execution_count for c in nb.cells if c.cell_type == "code"]
     assert counts == list(range(1, len(counts) + 1))
 
 

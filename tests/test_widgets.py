@@ -158,13 +158,16 @@ def test_state_outputs_store_each_setting_with_the_same_draw():
 def test_live_widget_redraws_with_the_same_draw():
     e = _explorer()
     widget = e.widget()
-    D, kind, image = widget.children
+    D, kind, image, description = widget.children
     assert D.description == "width D" and kind.description == "score"
     assert image.value == e.png(D=4, kind="unscaled")
+    assert description.value == "Bars of the unscaled weights at width D = 4."
     D.value = 16
     kind.value = "scaled"
     assert image.value == e.png(D=16, kind="scaled")
-    assert image.tooltip == "Bars of the scaled weights at width D = 16."
+    assert description.value == "Bars of the scaled weights at width D = 16."
+    # no tooltip on the Image: JupyterLab's widget manager fails to show an Image that has one
+    assert not image.tooltip
 
 
 def test_precomputing_follows_the_environment(monkeypatch, raises_naming):

@@ -16,13 +16,13 @@ has edited is never overwritten. Delete a notebook there to get a fresh copy at 
 """
 
 from .book import Book, Citation, RunnableError
-from .edition import (EDITION_DIR, filled_copy, install_cell, runnable_notebook,
+from .edition import (EDITION_DIR, exercises_start, filled_copy, install_cell, runnable_notebook,
                       student_exercise_cells, website_only_output)
 from .files import (FILLED_DIR, REPO, WORKSPACE_DIR, build_edition, copy_missing, edition_notebooks,
                     stale_notebooks, write_filled_copies)
 from .myst import FigureBlock, MarkdownConverter, format_glued_text
 
-__all__ = ["Book", "Citation", "RunnableError", "EDITION_DIR", "filled_copy",
+__all__ = ["Book", "Citation", "RunnableError", "EDITION_DIR", "exercises_start", "filled_copy",
            "install_cell", "runnable_notebook", "student_exercise_cells", "website_only_output", "FILLED_DIR",
            "REPO", "WORKSPACE_DIR", "build_edition", "copy_missing", "edition_notebooks", "stale_notebooks",
            "write_filled_copies", "FigureBlock", "MarkdownConverter", "format_glued_text"]

@@ -13,12 +13,17 @@ renderer) into its runnable edition:
   MyST-NB's record (no renderer shows it), without the image bytes;
 - the site's tags are honoured: ``remove-cell`` Markdown is left out and ``remove-cell`` code is kept
   but collapsed (later cells may need it), ``remove-input``/``hide-input`` collapse the code,
-  ``remove-output``/``hide-output`` the outputs (``remove-output``'s stored outputs are dropped);
-  ``site-only`` cells are left out, ``runnable-only`` cells are kept though the site removes them;
+  ``remove-output``/``hide-output`` the outputs (collapsed, not dropped: they are what the cell
+  printed, and nbval compares them); ``site-only`` cells are left out, ``runnable-only`` cells are
+  kept though the site removes them;
 - the exercises are in student form (:func:`student_exercise_cells`): solutions replaced by
   ``raise NotImplementedError()``, hidden tests removed, visible tests kept, their outputs cleared;
-- outputs that only the website needs are dropped (:func:`website_only_output`): the live control
-  stays, the control's precomputed states go.
+- outputs that only the website needs are dropped (:func:`website_only_output`): of a control's
+  precomputed states only the initial setting's image stays, as a still picture until the cell
+  runs and shows the live control;
+- every code cell before the exercises keeps the chapter's stored outputs and gets an execution
+  count, 1, 2, ... in reading order (the chapter ran them all, top to bottom); the exercises in
+  student form have not run, so they have neither.
 
 :func:`filled_copy` is the other direction, for checking: the runnable edition with the source's
 solutions and the source's stored outputs put back into the exercise cells, so that nbval can run
@@ -40,7 +45,7 @@ from .book import Book, RunnableError
 from .myst import FigureBlock, MarkdownConverter
 
 __all__ = ["EDITION_DIR", "install_cell", "runnable_notebook", "student_exercise_cells",
-           "website_only_output", "filled_copy"]
+           "website_only_output", "exercises_start", "filled_copy"]
 
 EDITION_DIR = "chapters/runnable"  # relative to the book's root; not in the table of contents
 GLUE_PREFIX = "application/papermill.record/"
@@ -227,10 +232,29 @@ def _fold(cell, source: bool = False, outputs: bool = False) -> None:
         jupyter["outputs_hidden"] = True
 
 
-def _edition_output(output: dict) -> dict | None:
-    """An output as the runnable edition stores it, or None when it is dropped."""
-    if website_only_output(output):
-        return None
+def _still_of_the_control(states: list[dict]) -> list[dict]:
+    """Of a control's precomputed states, the image of its initial setting as a plain picture
+    (none when the states name no initial setting)."""
+    for output in states:
+        control = output["metadata"]["attnbook"]["control"]
+        if control.get("indices") == [c.get("value") for c in control.get("controls", [])]:
+            data = {k: v for k, v in output.get("data", {}).items() if k.startswith("image/")}
+            metadata = {mime: {"alt": control["alt"]} for mime in data} if control.get("alt") else {}
+            return [nbformat.v4.new_output("display_data", data=data, metadata=metadata)]
+    return []
+
+
+def _edition_outputs(outputs: list[dict]) -> list[dict]:
+    """A code cell's outputs as the runnable edition stores them."""
+    states = [o for o in outputs if website_only_output(o)]
+    kept = [_edition_output(o) for o in outputs if not website_only_output(o)]
+    if states and not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in kept):
+        kept += _still_of_the_control(states)  # the live control replaces it when the cell runs
+    return kept
+
+
+def _edition_output(output: dict) -> dict:
+    """An output as the runnable edition stores it."""
     data = output.get("data", {})
     if any(k.startswith(GLUE_PREFIX + "image/") for k in data):
         # The image moves to the figure's own cell; the record stays (nbval compares it) without it.
@@ -245,11 +269,9 @@ def _code_cell(cell, tags: list[str]):
         _fold(cell, source=True, outputs=True)  # the website hides it, but later cells may need it
     if REMOVE_INPUT in tags or HIDE_INPUT in tags or HIDE_CELL in tags:
         _fold(cell, source=True)
-    if REMOVE_OUTPUT in tags:
-        cell.outputs = []
-    if HIDE_OUTPUT in tags or HIDE_CELL in tags:
+    if REMOVE_OUTPUT in tags or HIDE_OUTPUT in tags or HIDE_CELL in tags:
         _fold(cell, outputs=True)
-    cell.outputs = [o for o in (_edition_output(o) for o in cell.outputs) if o is not None]
+    cell.outputs = _edition_outputs(cell.outputs)
     return cell
 
 
@@ -270,16 +292,24 @@ def _figure(block: FigureBlock, cells: list, glue_cell_at: int | None, glued: di
     return _figure_cells(block, variable, glued[block.name], cell_id)
 
 
-def _number_executions(cells: list) -> None:
-    """Execution counts 1, 2, ... for the code cells with stored outputs (nbval needs them)."""
-    count = 0
+def _number_executions(cells: list, first: int = 1) -> int:
+    """Execution counts ``first``, ``first + 1``, ... for the code cells, in order, as a run from top
+    to bottom gives them (nbval needs them on every cell with outputs). Returns the next count."""
+    count = first
     for cell in cells:
         if cell.cell_type == "code":
-            count += 1 if cell.outputs else 0
-            cell.execution_count = count if cell.outputs else None
+            cell.execution_count = count
             for output in cell.outputs:
                 if output.get("output_type") == "execute_result":
                     output["execution_count"] = count
+            count += 1
+    return count
+
+
+def exercises_start(cells: list) -> int:
+    """The index of the ``## Exercises`` heading among ``cells`` (their number if there is none):
+    the cells from there on are the exercises in student form, which have not run."""
+    return next((i for i, c in enumerate(cells) if _exercises_heading(c)), len(cells))
 
 
 def runnable_notebook(source: pathlib.Path, book: Book, edition: set[str] | None = None) -> nbformat.NotebookNode:
@@ -323,9 +353,8 @@ def runnable_notebook(source: pathlib.Path, book: Book, edition: set[str] | None
         cells.append(cell)
 
     if converter.cited:
-        at = next((i for i, c in enumerate(cells) if _exercises_heading(c)), len(cells))
-        cells.insert(at, _references(book, converter.cited, f"references-{_short_hash(docname)}"))
-    _number_executions(cells)
+        cells.insert(exercises_start(cells), _references(book, converter.cited, f"references-{_short_hash(docname)}"))
+    _number_executions(cells[:exercises_start(cells)])
     for cell in cells:
         leaked = [m for m in SOLUTION_MARKERS if m in cell.source]
         if leaked:
@@ -349,22 +378,26 @@ def _short_hash(text: str) -> str:
 
 def filled_copy(edition_nb: nbformat.NotebookNode, source_nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The runnable edition with the exercises answered from the source: each solution cell gets the
-    source's code, and every exercise cell (and every cell whose outputs the edition dropped) gets
-    the source's stored outputs back, so nbval can compare the whole notebook."""
+    source's code, and every code cell of the exercises gets the source's stored outputs back and
+    the next execution count, so nbval can compare the whole notebook. The cells before the
+    exercises are the edition's own, outputs included."""
     filled = copy.deepcopy(edition_nb)
     by_id = {c.id: c for c in source_nb.cells if c.cell_type == "code"}
     by_grade_id = {c.metadata["nbgrader"]["grade_id"]: c for c in source_nb.cells
                    if c.cell_type == "code" and "grade_id" in c.metadata.get("nbgrader", {})}
-    for cell in filled.cells:
+    start = exercises_start(filled.cells)
+    exercises = filled.cells[start:]
+    for cell in exercises:
         if cell.cell_type != "code":
             continue
         grading = cell.metadata.get("nbgrader", {})
         original = by_grade_id.get(grading.get("grade_id")) if grading else by_id.get(cell.id)
         if original is None:
-            continue
+            raise RunnableError(f"the exercise cell {grading.get('grade_id', cell.id)!r} of the runnable "
+                                "edition is not in its chapter: run `make runnable`")
         if grading.get("solution"):
             cell.source = original.source
-        if grading or (not cell.outputs and original.outputs):
-            cell.outputs = copy.deepcopy(original.outputs)
-            cell.execution_count = original.execution_count
+        cell.outputs = copy.deepcopy(original.outputs)
+    counted = [c for c in filled.cells[:start] if c.cell_type == "code" and c.execution_count is not None]
+    _number_executions(exercises, first=max((c.execution_count for c in counted), default=0) + 1)
     return filled

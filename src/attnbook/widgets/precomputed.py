@@ -12,7 +12,8 @@ matplotlib axis, and calls :func:`explore` once::
     )
 
 - In a notebook someone is running (Jupyter, Colab, VS Code), it shows the real control: an
-  ipywidgets slider or dropdown above an image that ``draw`` redraws when the control moves.
+  ipywidgets slider or dropdown above an image that ``draw`` redraws when the control moves, and
+  the image's description (``alt``) under it.
 - When the book executes the notebook (``make execute``, nbval: no one at the keyboard, the kernel
   is asked to run without stdin), it draws every setting instead, with the same ``draw``, and
   stores one ``image/png`` output per setting. The website turns those outputs into a control
@@ -26,14 +27,16 @@ Each precomputed output carries its description in ``metadata["attnbook"]["contr
      "figure": {... attnbook.plots.figure_report ...}}
 
 (``controls`` on every state; ``indices`` are the option indices of the setting, in the order of
-``controls``; ``value`` is the index of the initial option.) A tool that makes a runnable copy of a
-chapter drops every output whose metadata has ``attnbook.control``: there the live control is the
-one that works. Set ``ATTNBOOK_CONTROLS=live`` or ``=precomputed`` to force either behaviour.
+``controls``; ``value`` is the index of the initial option.) The runnable edition
+(:mod:`attnbook.runnable`) keeps only the initial setting's image, as a plain still without that
+metadata, until the cell runs: there the live control is the one that works. Set
+``ATTNBOOK_CONTROLS=live`` or ``=precomputed`` to force either behaviour.
 """
 
 from __future__ import annotations
 
 import base64
+import html
 import itertools
 import math
 import os
@@ -249,17 +252,21 @@ class Explorer:
                 inputs.append(ipywidgets.SelectionSlider(continuous_update=False, **common))
             else:
                 inputs.append(ipywidgets.Dropdown(**common))
-        image = ipywidgets.Image(value=self.png(**self.initial), format="png",
-                                 tooltip=self.alt_text(**self.initial))
+        image = ipywidgets.Image(value=self.png(**self.initial), format="png")
+        # The image's description, as text under it. Not as the Image's tooltip: JupyterLab's
+        # widget manager (ipywidgets 8.1) cannot show a tooltip on a widget without a
+        # `description` and shows an error in place of the image.
+        description = ipywidgets.HTML(value=html.escape(self.alt_text(**self.initial)))
+        description.add_class("attnbook-description")
 
         def redraw(_change=None):
             setting = {c.name: w.value for c, w in zip(self.controls, inputs)}
             image.value = self.png(**setting)
-            image.tooltip = self.alt_text(**setting)
+            description.value = html.escape(self.alt_text(**setting))
 
         for w in inputs:
             w.observe(redraw, names="value")
-        return ipywidgets.VBox([*inputs, image])
+        return ipywidgets.VBox([*inputs, image, description])
 
     def show(self) -> None:
         """Inside IPython: the live widget, or the precomputed states when the book executes the
