@@ -176,8 +176,8 @@ MASKED_ATTENTION = exercise(
 
 M_MIN_FILL = ("A key your bool mask blocks got weight: you filled the blocked scores with a finite number "
               "(such as `torch.finfo(dtype).min`) and added the additive mask, so where the additive mask "
-              "also holds finfo.min the blocked and the allowed keys tie (exhibit 8). Put -inf on the "
-              "blocked scores (`torch.where(mask, scores, -inf)`), after adding the additive mask.")
+              "also holds finfo.min the blocked and the allowed keys tie (chapter 7, exhibit 6). Put -inf "
+              "on the blocked scores (`torch.where(mask, scores, -inf)`), after adding the additive mask.")
 M_ADDITIVE_IGNORED = "Your output ignores the additive mask: add it to the scaled scores before the softmax."
 M_BOOL_IGNORED = "Your output ignores the bool mask: blocked keys still get weight."
 M_EMPTY_NAN = ("A query whose keys are all blocked came out NaN (a softmax over a row of -inf is 0/0): "
