@@ -10,10 +10,10 @@
 * :func:`attnbook.seq2seq_models.build_model` makes the models the book compares, by score name.
 
 Shapes:
-    B batch, S source length, T target length, V vocabulary size,
+    B batch, S source length, L target length, vocab_size the vocabulary's size,
     E embedding width, Dq decoder state width, Dk encoder state width.
-    src (B, S), src_lengths (B,), tgt_in (B, T)
-    -> logits (B, T, V), weights (B, T, S) (attention models) or None
+    src (B, S), src_lengths (B,), tgt_in (B, L)
+    -> logits (B, L, vocab_size), weights (B, L, S) (attention models) or None
 """
 
 from __future__ import annotations
@@ -189,9 +189,9 @@ class BottleneckDecoder(nn.Module):
 
     Shapes:
         step: token (B,), state (B, Dq)
-              -> logits (B, V), state (B, Dq), None
-        forward: tgt_in (B, T), initial state (B, Dq)
-                 -> logits (B, T, V), None
+              -> logits (B, vocab_size), state (B, Dq), None
+        forward: tgt_in (B, L), initial state (B, Dq)
+                 -> logits (B, L, vocab_size), None
     """
 
     uses_attention = False
@@ -219,7 +219,7 @@ class BottleneckDecoder(nn.Module):
 
         Shapes:
             token (B,), state (B, Dq)
-            -> logits (B, V), state (B, Dq), None
+            -> logits (B, vocab_size), state (B, Dq), None
         """
         inputs = self.embedding(token).unsqueeze(1)  # (B, 1, E)
         # (B, 1, Dq)
@@ -237,15 +237,15 @@ class BottleneckDecoder(nn.Module):
         """Teacher forcing over a whole target.
 
         Shapes:
-            tgt_in (B, T), initial_state (B, Dq)
-            -> logits (B, T, V), None
+            tgt_in (B, L), initial_state (B, Dq)
+            -> logits (B, L, vocab_size), None
         """
         # Teacher forcing: every input token is known, so one GRU
-        # call runs all T steps.
-        inputs = self.embedding(tgt_in)  # (B, T, E)
-        # (B, T, Dq)
+        # call runs all L steps.
+        inputs = self.embedding(tgt_in)  # (B, L, E)
+        # (B, L, Dq)
         outputs, _ = self.rnn(inputs, initial_state.unsqueeze(0))
-        return self.out(outputs), None  # (B, T, V)
+        return self.out(outputs), None  # (B, L, vocab_size)
 
 
 class AttentionDecoder(nn.Module):
@@ -267,8 +267,8 @@ class AttentionDecoder(nn.Module):
 
     Shapes:
         step: token (B,), state (B, Dq), encoder_states (B, S, Dk), source_mask (B, S)
-              -> logits (B, V), state (B, Dq), weights (B, S)
-        forward: tgt_in (B, T), ... -> logits (B, T, V), weights (B, T, S)
+              -> logits (B, vocab_size), state (B, Dq), weights (B, S)
+        forward: tgt_in (B, L), ... -> logits (B, L, vocab_size), weights (B, L, S)
     """
 
     uses_attention = True
@@ -299,7 +299,7 @@ class AttentionDecoder(nn.Module):
         Shapes:
             token (B,), state (B, Dq), encoder_states (B, S, Dk),
             source_mask (B, S)
-            -> logits (B, V), state (B, Dq), weights (B, S)
+            -> logits (B, vocab_size), state (B, Dq), weights (B, S)
         """
         # (B, Dk), (B, S)
         context, weights = attention_step(
@@ -310,7 +310,7 @@ class AttentionDecoder(nn.Module):
         state = self.cell(inputs, state)  # (B, Dq)
         # (B, Dq + Dk)
         features = torch.cat([state, context], dim=-1)
-        logits = self.out(features)  # (B, V)
+        logits = self.out(features)  # (B, vocab_size)
         return logits, state, weights
 
     def forward(self, tgt_in: Tensor, initial_state: Tensor, encoder_states: Tensor,
@@ -318,8 +318,8 @@ class AttentionDecoder(nn.Module):
         """Teacher forcing over a whole target, one step at a time.
 
         Shapes:
-            tgt_in (B, T), initial_state (B, Dq), encoder_states (B, S, Dk), source_mask (B, S)
-            -> logits (B, T, V), weights (B, T, S)
+            tgt_in (B, L), initial_state (B, Dq), encoder_states (B, S, Dk), source_mask (B, S)
+            -> logits (B, L, vocab_size), weights (B, L, S)
         """
         state = initial_state  # (B, Dq)
         all_logits, all_weights = [], []
@@ -327,17 +327,17 @@ class AttentionDecoder(nn.Module):
             logits, state, weights = self.step(tgt_in[:, t], state, encoder_states, source_mask)
             all_logits.append(logits)
             all_weights.append(weights)
-        return torch.stack(all_logits, dim=1), torch.stack(all_weights, dim=1)  # (B, T, V), (B, T, S)
+        return torch.stack(all_logits, dim=1), torch.stack(all_weights, dim=1)  # (B, L, vocab_size), (B, L, S)
 
 
 class Seq2Seq(nn.Module):
     """An encoder and a decoder (bottleneck or attention) as one model.
 
     Shapes:
-        forward: src (B, S), src_lengths (B,), tgt_in (B, T)
-                 -> logits (B, T, V), weights (B, T, S) or None
+        forward: src (B, S), src_lengths (B,), tgt_in (B, L)
+                 -> logits (B, L, vocab_size), weights (B, L, S) or None
         greedy_decode: src (B, S), src_lengths (B,)
-                 -> tokens (B, T'), weights (B, T', S) or None
+                 -> tokens (B, L'), weights (B, L', S) or None
     """
 
     def __init__(self, encoder: Encoder, decoder: nn.Module) -> None:
@@ -358,7 +358,7 @@ class Seq2Seq(nn.Module):
         """Teacher forcing: the decoder reads the true previous token at every step.
 
         Shapes:
-            src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V), weights (B, T, S) or None
+            src (B, S), src_lengths (B,), tgt_in (B, L) -> logits (B, L, vocab_size), weights (B, L, S) or None
         """
         _check_source("Seq2Seq", src, src_lengths, self.encoder.embedding.num_embeddings)
         check.token_ids("Seq2Seq", "tgt_in", tgt_in, self.decoder.embedding.num_embeddings)
@@ -382,7 +382,7 @@ class Seq2Seq(nn.Module):
             (tokens without the SOS, attention weights per step or None)
 
         Shapes:
-            src (B, S), src_lengths (B,) -> tokens (B, T'), weights (B, T', S) or None
+            src (B, S), src_lengths (B,) -> tokens (B, L'), weights (B, L', S) or None
         """
         _check_source("Seq2Seq.greedy_decode", src, src_lengths, self.encoder.embedding.num_embeddings)
         max_len = check.positive_int("Seq2Seq.greedy_decode", "max_len", src.shape[1] + 1 if max_len is None else max_len)
@@ -401,8 +401,8 @@ class Seq2Seq(nn.Module):
             finished = finished | (token == EOS)
             if bool(finished.all()):
                 break
-        weights_out = torch.stack(all_weights, dim=1) if all_weights else None  # (B, T', S)
-        return torch.stack(tokens, dim=1), weights_out  # (B, T')
+        weights_out = torch.stack(all_weights, dim=1) if all_weights else None  # (B, L', S)
+        return torch.stack(tokens, dim=1), weights_out  # (B, L')
 
 
 # The builder lives in attnbook.seq2seq_models; chapters 1 and 5b still import these names from here.
