@@ -67,8 +67,8 @@ def masked_softmax_large_scores(case):
 
 SDPA = exercise(
     "scaled_dot_product_attention",
-    "fn(q (..., L, E), k (..., S, E), v (..., S, Ev), mask=None (bool, broadcastable to (..., L, S), "
-    "True = may attend)) -> output (..., L, Ev) = softmax(q kᵀ / √E) v; a query whose keys are all "
+    "fn(q (..., L, D), k (..., S, D), v (..., S, Dv), mask=None (bool, broadcastable to (..., L, S), "
+    "True = may attend)) -> output (..., L, Dv) = softmax(q kᵀ / √D) v; a query whose keys are all "
     "masked gets a zero output; keeps the dtype.",
     blocks=["attnbook.functional.attention", "attnbook.efficient.tiled_attention",
             "torch.nn.functional.scaled_dot_product_attention"])
@@ -121,23 +121,23 @@ def sdpa_fp16(case):
 
 WEIGHTS_SHAPE = exercise(
     "weights_shape",
-    "fn(B, H, L, S, E, Ev) -> (weights_shape, output_shape), two tuples of ints: the shapes of the "
-    "weights and of the output of attention(q, k, v) for q (B, H, L, E), k (B, H, S, E), "
-    "v (B, H, S, Ev).")
+    "fn(B, H, L, S, D, Dv) -> (weights_shape, output_shape), two tuples of ints: the shapes of the "
+    "weights and of the output of attention(q, k, v) for q (B, H, L, D), k (B, H, S, D), "
+    "v (B, H, S, Dv).")
 
 PUBLIC_SHAPES = [(2, 4, 3, 5, 8, 6), (1, 2, 7, 3, 4, 10), (3, 1, 1, 9, 2, 2)]
 
 
 def shape_cases(case) -> list[tuple[int, ...]]:
-    """The visible sizes, or three random ones in which L != S and E != Ev."""
+    """The visible sizes, or three random ones in which L != S and D != Dv."""
     if case.seed == 0:
         return PUBLIC_SHAPES
     cases = []
     while len(cases) < 3:
-        B, H, L, S, E, Ev = (case.randint(1, 4), case.randint(1, 6), case.randint(1, 9),
+        B, H, L, S, D, Dv = (case.randint(1, 4), case.randint(1, 6), case.randint(1, 9),
                              case.randint(1, 9), case.randint(2, 12), case.randint(2, 12))
-        if L != S and E != Ev and len({B, H, L, S}) == 4:
-            cases.append((B, H, L, S, E, Ev))
+        if L != S and D != Dv and len({B, H, L, S}) == 4:
+            cases.append((B, H, L, S, D, Dv))
     return cases
 
 
@@ -151,11 +151,11 @@ def _as_shape(x) -> tuple | None:
 def shapes_check(which: int, case):
     sizes = shape_cases(case)
     answers = yield [call(*s) for s in sizes]
-    for (B, H, L, S, E, Ev), ans in zip(sizes, answers):
+    for (B, H, L, S, D, Dv), ans in zip(sizes, answers):
         if not (isinstance(ans, (tuple, list)) and len(ans) == 2):
-            raise Wrong(f"For {dict(zip('B H L S E Ev'.split(), (B, H, L, S, E, Ev)))} your function "
+            raise Wrong(f"For {dict(zip('B H L S D Dv'.split(), (B, H, L, S, D, Dv)))} your function "
                         f"returned {ans!r:.80}; it should return two shapes: (weights_shape, output_shape).")
-        q, k, v = torch.zeros(B, H, L, E), torch.zeros(B, H, S, E), torch.zeros(B, H, S, Ev)
+        q, k, v = torch.zeros(B, H, L, D), torch.zeros(B, H, S, D), torch.zeros(B, H, S, Dv)
         out, weights = attention(q, k, v)
         ref = tuple(weights.shape) if which == 0 else tuple(out.shape)
         got = _as_shape(ans[which])
@@ -166,15 +166,15 @@ def shapes_check(which: int, case):
             (B, L, S): "you forgot the heads: every head has its own weights, (B, H, L, S).",
             (B, H, L, L): "the weights have one column per KEY, and there are S keys (L is the number of queries).",
             (B, H, S, S): "the weights have one row per QUERY, and there are L queries.",
-            (B, H, L, E): "the weights compare queries with keys; their last size is the number of keys S, not the width E.",
-            (B, H, S, Ev): "the output has one row per query (L rows), not one per key.",
-            (B, L, H * Ev): "attention itself keeps the heads apart, (B, H, L, Ev); merging them is a later step.",
+            (B, H, L, D): "the weights compare queries with keys; their last size is the number of keys S, not the width D.",
+            (B, H, S, Dv): "the output has one row per query (L rows), not one per key.",
+            (B, L, H * Dv): "attention itself keeps the heads apart, (B, H, L, Dv); merging them is a later step.",
         }
         if which == 1:
-            named[(B, H, L, E)] = "the output is a weighted average of the VALUES, so its width is Ev, not E."
+            named[(B, H, L, D)] = "the output is a weighted average of the VALUES, so its width is Dv, not D."
             named[(B, H, L, S)] = "that is the shape of the weights; the output is weights @ v."
         note = named.get(got)
-        raise Wrong(f"For B={B}, H={H}, L={L}, S={S}, E={E}, Ev={Ev} you gave the "
+        raise Wrong(f"For B={B}, H={H}, L={L}, S={S}, D={D}, Dv={Dv} you gave the "
                     f"{'weights' if which == 0 else 'output'} shape {got}; expected {ref}."
                     + (f" Mistake: {note}" if note else ""))
 

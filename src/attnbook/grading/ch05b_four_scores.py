@@ -53,7 +53,7 @@ def parameters_dot(case):
     for _, got in (yield from counts(case, [(4, 4, 3)], ["dot", "scaled_dot"])):
         for name, cls in (("dot", DotScore), ("scaled_dot", ScaledDotScore)):
             check_number(got[name], count(cls()), f"{name!r}", [
-                ("The dot score has no weights at all; and the scale 1/√E is a fixed number, not learned.", 1),
+                ("The dot score has no weights at all; and the scale 1/√D is a fixed number, not learned.", 1),
             ])
 
 
