@@ -1,6 +1,6 @@
 """``make grade-bench``: the time to grade a simulated class of every chapter.
 
-    python -m attnbook.course.bench [--students 100] [--root _build/grade-bench] [--workers N]
+    python -m attnbook.course.bench [--students 100] [--root _build/grade-bench] [--workers N] [--record]
 
 Releases every chapter's exercise notebook into a fresh course, then submits for each student
 every chapter: most answer with the instructor's solutions, some hand in the notebook unanswered,
@@ -8,7 +8,9 @@ some get one exercise wrong, and a few are hostile (a cell that ends the process
 never returns, one that reads the course folder and patches the grader). ``make grade`` then grades
 them all; the time of that run, the number of notebooks and the machine's cores are printed and
 written to ``ROOT/result.json``. The run fails if a correct submission does not get full marks, a
-wrong or hostile one does, or ``grades.csv`` misses a row.
+wrong or hostile one does, or ``grades.csv`` misses a row. With ``--record`` the result is also
+written to ``data/grade_bench.json`` (listed in ``data/manifest.json``): the measurement the
+instructors' page reports, and tests/test_instructors.py checks that the page says what it holds.
 """
 
 from __future__ import annotations
@@ -18,16 +20,33 @@ import csv
 import json
 import os
 import pathlib
+import platform
 import random
 import re
 import shutil
 import time
 
 import nbformat
+import torch
 
+from ..datafiles import DATA_DIR, record
 from .assign import build_assignments
 from .folder import REPO
 from .grade import grade
+
+RECORD = DATA_DIR / "grade_bench.json"
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (Linux), or the platform's processor string."""
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
 
 HOSTILE = {
     "exit": "import os\nos._exit(1)",
@@ -104,6 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--students", type=int, default=100)
     parser.add_argument("--root", type=pathlib.Path, default=REPO / "_build" / "grade-bench")
     parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--record", action="store_true",
+                        help=f"also write the result to {RECORD.relative_to(REPO)} (the instructors' page's number)")
     args = parser.parse_args(argv)
     root = args.root.resolve()
     shutil.rmtree(root, ignore_errors=True)
@@ -120,7 +141,12 @@ def main(argv: list[str] | None = None) -> None:
     result = {"students": args.students, "chapters": chapters, "notebooks": args.students * chapters,
               "grade_seconds": round(seconds, 1), "build_seconds": round(built, 1), "cores": os.cpu_count(),
               "workers": args.workers, "seconds_per_notebook": round(seconds / (args.students * chapters), 3)}
+    result.update(machine=platform.machine(), cpu=_cpu_name(), torch=torch.__version__,
+                  date=time.strftime("%Y-%m-%d", time.gmtime()))
     (root / "result.json").write_text(json.dumps(result, indent=1))
+    if args.record:
+        RECORD.write_text(json.dumps(result, indent=1) + "\n")
+        record([RECORD])
     print(f"grade-bench: {result['notebooks']} notebooks ({args.students} students x {chapters} chapters) "
           f"graded in {seconds / 60:.1f} min on {os.cpu_count()} cores ({result['seconds_per_notebook']} s each); "
           f"the assignments took {built:.0f} s to build. {root / 'result.json'}")
