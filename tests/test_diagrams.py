@@ -329,6 +329,8 @@ def test_transformer_encoder_decoder_is_drawn_from_its_forward():
     assert torch.equal(d.grids["decoder self-attention"].as_tensor(), causal_mask(L, L))
     assert d.facts["padded keys"] == int((~batch.src_key_mask).sum()) > 0
     assert d.facts["padded keys get cross-attention weight 0"] and d.facts["each cross-attention row sums to 1"]
+    assert d.facts["padded keys get encoder self-attention weight 0"]
+    assert "in each of its 2 blocks" not in d.summary and "in its block a causal self-attention" in d.summary
     assert d.facts["encoder layers"] == 2 and d.facts["decoder layers"] == 1
     assert ("memory", "cross_attention") in {(a.start, a.end) for a in d.arrows}
     assert ("key_mask", "cross_attention") in {(a.start, a.end) for a in d.arrows}

@@ -129,8 +129,8 @@ def draw_encoder_decoder(model: Seq2Seq, source: Sequence[int] | Tensor, *, step
                      strength=w[j], record=False)
     canvas.link("weights", "context", "weighted sum of the encoder states (arrow width = weight)")
     canvas.arrow("context", "cell")
-    canvas.arrow("decoder_state", "cell", rad=-0.28, label=f"state and previous token {previous}",
-                 label_xy=(2.5, y_top + 0.6))
+    canvas.arrow("decoder_state", "cell", rad=-0.5, label=f"state and previous token {previous}",
+                 label_xy=(2.5, y_top + 0.74))
     canvas.arrow("cell", "next_token")
     j_max = max(range(S), key=lambda j: w[j])
     facts = {

@@ -43,7 +43,8 @@ def draw_transformer_encoder_decoder(model: EncoderDecoder, src: Tensor, src_key
         ``tgt_in``, ``tgt_embedded``, ``self_attention``, ``cross_attention``, ``mlp``, ``logits``;
         grids ``key_mask`` (B x S, True on real source tokens) and ``decoder self-attention``
         (L x L); facts ``encoder layers``, ``decoder layers``, ``padded keys``, ``padded keys get
-        cross-attention weight 0``, ``each cross-attention row sums to 1``.
+        encoder self-attention weight 0``, ``padded keys get cross-attention weight 0``, ``each
+        cross-attention row sums to 1``.
 
     Shapes:
         src (B, S), src_key_mask (B, S), tgt_in (B, L) -> logits (B, L, V)
@@ -73,7 +74,10 @@ def draw_transformer_encoder_decoder(model: EncoderDecoder, src: Tensor, src_key
     self_w, cross_w = attentions.decoder_self, attentions.cross  # layers x (B, H, L, L), layers x (B, H, L, S)
     seen = torch.stack([w[item] for w in self_w]).gt(0).any(0).any(0)  # (L, L): some head gave weight
     padded = ~src_key_mask[:, None, None, :]  # (B, 1, 1, S)
-    cross_zero = all(bool((w.masked_select(padded.expand_as(w)) == 0).all()) for w in cross_w)
+
+    def padding_unweighted(weights: list[Tensor]) -> bool:  # layers x (B, H, queries, S)
+        return all(bool((w.masked_select(padded.expand_as(w)) == 0).all()) for w in weights)
+
     rows_sum = all(torch.allclose(w.sum(-1), torch.ones_like(w.sum(-1))) for w in cross_w)
 
     canvas = Canvas(where, title or "The Transformer encoder–decoder on one batch", 5.7)
@@ -130,7 +134,7 @@ def draw_transformer_encoder_decoder(model: EncoderDecoder, src: Tensor, src_key
                  {True: REAL, False: PAD}, meaning={True: "gets weight", False: "no weight"},
                  symbols={True: "1", False: "."}, rows=[f"query {i}" for i in range(L)],
                  cols=[str(j) for j in range(L)])
-    canvas.text(gx0, y_self + side / 2 + 0.14, f"target {item}: weights > 0", size=8, ha="left")
+    canvas.text(gx0, y_self + side / 2 + 0.14, f"item {item}: weights > 0", size=8, ha="left")
     # one frame around the decoder block's three sub-layers
     x0, y0 = dx - dw / 2 - 0.05, y_self - side / 2 - 0.1
     canvas.ax.add_patch(Rectangle((x0, y0), dw + 0.1, y_mlp + h / 2 + 0.1 - y0, fill=False, edgecolor=INK,
@@ -142,15 +146,20 @@ def draw_transformer_encoder_decoder(model: EncoderDecoder, src: Tensor, src_key
         "encoder layers": n_enc,
         "decoder layers": n_dec,
         "padded keys": int((~src_key_mask).sum()),
-        "padded keys get cross-attention weight 0": cross_zero,
+        "padded keys get encoder self-attention weight 0": padding_unweighted(attentions.encoder),
+        "padded keys get cross-attention weight 0": padding_unweighted(cross_w),
         "each cross-attention row sums to 1": rows_sum,
     }
+    skipped = [name for name, fact in (("the encoder's self-attention", "encoder self-attention"),
+                                       ("the decoder's cross-attention", "cross-attention"))
+               if facts[f"padded keys get {fact} weight 0"]]
     summary = (f"The encoder embeds the B = {B} source{'s' if B != 1 else ''} of S = {S} tokens and runs "
                f"{n_enc} block{'s' if n_enc != 1 else ''} of self-attention and MLP over them, into the memory. "
-               f"The key mask marks the {facts['padded keys']} padding positions, which the encoder's "
-               "self-attention and the decoder's cross-attention both skip. The decoder embeds the "
-               f"L = {L} target positions; in each of its {n_dec} block{'s' if n_dec != 1 else ''} a causal "
-               "self-attention (the grid: the keys each query of target "
-               f"{item} gave weight to) is followed by cross-attention, with queries from the decoder and keys "
+               f"The key mask marks the {facts['padded keys']} padding positions, to which "
+               f"{' and '.join(skipped) or 'no attention'} give{'s' if len(skipped) == 1 else ''} weight 0. "
+               f"The decoder embeds the L = {L} target positions; in "
+               f"{'its block' if n_dec == 1 else f'each of its {n_dec} blocks'} a causal "
+               "self-attention (the grid: for batch item "
+               f"{item}, the keys each query gave weight to) is followed by cross-attention, with queries from the decoder and keys "
                "and values from the memory, and an MLP; a final LayerNorm and a linear head give the logits.")
     return canvas.finish(summary, facts)
