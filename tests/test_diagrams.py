@@ -19,12 +19,16 @@ from torch import nn  # noqa: E402
 from attnbook import diagrams  # noqa: E402
 from attnbook.diagrams import (  # noqa: E402
     block_flow, decoding_steps, draw_block, draw_encoder_decoder, draw_heads, draw_kv_cache,
-    draw_online_softmax, draw_qkv, head_columns, legibility_problems, online_softmax_states,
+    draw_online_softmax, draw_qkv, draw_transformer_encoder_decoder, head_columns, legibility_problems,
+    online_softmax_states,
 )
 from attnbook.efficient import tiled_attention  # noqa: E402
 from attnbook.functional import attention  # noqa: E402
 from attnbook.masks import causal_mask  # noqa: E402
 from attnbook.multihead import CausalSelfAttention, MultiHeadAttention  # noqa: E402
+from attnbook.plots import (  # noqa: E402
+    COLUMN_INCHES, FIGURE_DPI, PAGE_FIGURE_WIDTH_PX, PNG_PAD_INCHES, figure_report, png_bytes, png_size,
+)
 from attnbook.seq2seq import build_model  # noqa: E402
 from attnbook.transformer import TinyTransformer, TransformerBlock  # noqa: E402
 
@@ -258,12 +262,91 @@ def test_block_flow_reads_the_forward():
     assert pre["norm2"].inputs == ("add",)
     post = {s.name: s for s in block_flow(PostNormBlock(8), torch.randn(1, 3, 8))}
     assert post["norm1"].on_stream and not post["attn"].on_stream  # post-norm: the norm is on the stream
+    assert post["norm2"].on_stream  # the last norm too: the output is the normalised stream
     no_residual = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 8))
     assert all(s.kind != "add" for s in block_flow(no_residual, torch.randn(1, 3, 8)))
     fig, d = draw_block(TransformerBlock(16, 4), torch.randn(2, 5, 16))
     assert d.boxes["attn"].shape == (2, 5, 16) and d.boxes["attn"].label == "attn: CausalSelfAttention"
     assert ("x", "add") in {(a.start, a.end) for a in d.arrows}
     check_figure(fig, d)
+
+
+# What each variant of TransformerBlock draws: the steps on the stream (input, sums, norms the stream
+# passes through, output) and the branches, in the order the forward runs them.
+BLOCK_VARIANTS = {
+    "pre-norm": ({}, ["x", "add", "add_1", "output"],
+                 ["norm1", "attn", "dropout", "norm2", "mlp", "dropout_1"]),
+    "post-norm": ({"norm": "post"}, ["x", "add", "norm1", "add_1", "norm2", "output"],
+                  ["attn", "dropout", "mlp", "dropout_1"]),
+    "no norm": ({"norm": None}, ["x", "add", "add_1", "output"], ["attn", "dropout", "mlp", "dropout_1"]),
+    "no residual": ({"residual": False}, ["x", "output"],
+                    ["norm1", "attn", "dropout", "norm2", "mlp", "dropout_1"]),
+    "no MLP": ({"mlp": False}, ["x", "add", "output"], ["norm1", "attn", "dropout"]),
+    "post-norm, no MLP": ({"norm": "post", "mlp": False}, ["x", "add", "norm1", "output"], ["attn", "dropout"]),
+}
+
+
+@pytest.mark.parametrize("variant", BLOCK_VARIANTS)
+def test_block_diagram_says_what_each_variant_does(variant):
+    options, stream, branches = BLOCK_VARIANTS[variant]
+    fig, d = draw_block(TransformerBlock(16, 4, **options), torch.randn(2, 5, 16))
+    assert d.facts["on the stream"] == stream and d.facts["branches"] == branches
+    sums = stream.count("add") + stream.count("add_1")
+    labels = {"norm1": "norm1: LayerNorm", "norm2": "norm2: LayerNorm", "attn": "attn: CausalSelfAttention",
+              "dropout": "dropout: Dropout", "dropout_1": "dropout: Dropout", "mlp": "mlp: Sequential"}
+    listed = ", ".join(labels[b] for b in branches)
+    if sums:
+        assert f"({sums} sum{'s' if sums > 1 else ''} marked +" in d.summary
+        assert f"the branches on the right ({listed})" in d.summary
+    else:
+        assert f"no residual sum, so the input passes through every step in turn ({listed})" in d.summary
+    norms_on_stream = [n for n in stream if n.startswith("norm")]
+    if norms_on_stream:  # post-norm: each norm is applied to the stream right after its sum
+        after = [f"{labels[n]} after the {k} +" for n, k in zip(norms_on_stream, ["1st", "2nd"])]
+        assert f"the stream itself passes through {', '.join(after)}" in d.summary
+        assert all(labels[n] not in d.summary.split("the branches on the right")[1] for n in norms_on_stream)
+    else:
+        assert "passes through norm" not in d.summary
+    check_figure(fig, d)
+
+
+# ----------------------------------------------------------------------------- the Transformer encoder-decoder
+def test_transformer_encoder_decoder_is_drawn_from_its_forward():
+    from attnbook import dates
+    from attnbook.encoder_decoder import EncoderDecoder
+    torch.manual_seed(0)
+    model = EncoderDecoder(dates.VOCAB_SIZE, 32, embed_dim=16, num_heads=2, num_encoder_layers=2,
+                           num_decoder_layers=1)
+    batch = dates.make_batch([dates.render(dates.FIRST_DATE, "slashes"),
+                              dates.render(dates.LAST_DATE, "weekday_month_ordinal")])
+    B, S = batch.src.shape
+    L = batch.tgt_in.shape[1]
+    fig, d = draw_transformer_encoder_decoder(model, batch.src, batch.src_key_mask, batch.tgt_in, item=1)
+    assert model.training  # put back as it was
+    assert d.boxes["memory"].shape == (B, S, 16) and d.boxes["logits"].shape == (B, L, dates.VOCAB_SIZE)
+    assert d.boxes["cross_attention"].shape == (B, 2, L, S) and d.boxes["self_attention"].shape == (B, 2, L, L)
+    assert torch.equal(d.grids["key_mask"].as_tensor(), batch.src_key_mask)
+    assert torch.equal(d.grids["decoder self-attention"].as_tensor(), causal_mask(L, L))
+    assert d.facts["padded keys"] == int((~batch.src_key_mask).sum()) > 0
+    assert d.facts["padded keys get cross-attention weight 0"] and d.facts["each cross-attention row sums to 1"]
+    assert d.facts["padded keys get encoder self-attention weight 0"]
+    assert "in each of its 2 blocks" not in d.summary and "in its block a causal self-attention" in d.summary
+    assert d.facts["encoder layers"] == 2 and d.facts["decoder layers"] == 1
+    assert ("memory", "cross_attention") in {(a.start, a.end) for a in d.arrows}
+    assert ("key_mask", "cross_attention") in {(a.start, a.end) for a in d.arrows}
+    check_figure(fig, d)
+
+
+def test_transformer_encoder_decoder_refuses_what_it_cannot_draw(raises_naming):
+    from attnbook import dates
+    from attnbook.encoder_decoder import EncoderDecoder
+    model = EncoderDecoder(dates.VOCAB_SIZE, 32, embed_dim=16, num_heads=2)
+    batch = dates.make_batch([dates.render(dates.FIRST_DATE, "slashes")])
+    with raises_naming(TypeError, "draw_transformer_encoder_decoder", "EncoderDecoder"):
+        draw_transformer_encoder_decoder(build_model("dot", hidden_dim=8), batch.src, batch.src_key_mask,
+                                         batch.tgt_in)
+    with raises_naming(ValueError, "draw_transformer_encoder_decoder", "`item`"):
+        draw_transformer_encoder_decoder(model, batch.src, batch.src_key_mask, batch.tgt_in, item=1)
 
 
 # ----------------------------------------------------------------------------- legibility
@@ -275,17 +358,28 @@ def test_diagrams_refuse_what_would_not_fit(raises_naming):
 
 
 def test_legibility_problems_finds_small_overlapping_and_clipped_text():
-    fig, ax = plt.subplots(figsize=(7.2, 2), layout="none")  # whatever figure.autolayout says
+    fig, ax = plt.subplots(figsize=(COLUMN_INCHES, 2), layout="none")  # whatever figure.autolayout says
+    ax.axis("off")
     ax.text(0.5, 0.5, "one", fontsize=10, transform=ax.transAxes)
     ax.text(0.5, 0.5, "two", fontsize=10, transform=ax.transAxes)
     ax.text(0.1, 0.9, "tiny", fontsize=6, transform=ax.transAxes)
     ax.text(1.2, 0.5, "outside", fontsize=10, transform=ax.transAxes)
     problems = " ".join(legibility_problems(fig))
-    assert "'one' overlaps 'two'" in problems and "'tiny' is 6.0 pt" in problems
+    assert "'one' overlaps text 'two'" in problems and "'tiny' is" in problems
     assert "'outside' runs off the figure" in problems
-    wide, _ = plt.subplots(figsize=(14.4, 2))  # shown at half size in the column
+    wide, _ = plt.subplots(figsize=(2 * COLUMN_INCHES, 2))  # shown at under half its size on the page
     wide.axes[0].set_title("a title at 12 pt", fontsize=12)
-    assert any("6.0 pt at the column width" in p for p in legibility_problems(wide))
+    assert any("title 'a title at 12 pt' is" in p and "under 8 pt" in p for p in legibility_problems(wide))
+
+
+def test_a_diagram_is_as_wide_as_the_page_shows_it():
+    """The column diagrams are laid out on is the page's figure width: stored with its margin, a
+    diagram is exactly PAGE_FIGURE_WIDTH_PX wide, so the page shows it at its own size."""
+    assert COLUMN_INCHES == PAGE_FIGURE_WIDTH_PX / FIGURE_DPI - 2 * PNG_PAD_INCHES
+    fig, _ = draw_heads(torch.randn(2, 5, 8), 2)
+    assert tuple(fig.get_size_inches())[0] == pytest.approx(COLUMN_INCHES)
+    assert png_size(png_bytes(fig))[0] == PAGE_FIGURE_WIDTH_PX
+    assert figure_report(fig)["page_px"] == PAGE_FIGURE_WIDTH_PX and figure_report(fig)["problems"] == []
 
 
 def test_categories_differ_in_lightness_or_hatching():

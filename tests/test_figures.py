@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from attnbook import plots  # noqa: E402
+from attnbook.plots import legibility  # noqa: E402
 from attnbook.notebook import setup  # noqa: E402
 from attnbook.widgets import small_multiples  # noqa: E402
 from chapter_debts import rule_test  # noqa: E402
@@ -169,8 +170,8 @@ def test_book_palette_pairs_differ_in_more_than_hue():
     """Every two series of the book's cycle differ in line style; neighbouring fills in lightness."""
     styles = list(plots.style_cycle())
     assert len({str(s["linestyle"]) for s in styles}) == len(styles)
-    lightness = [plots._lightness(c) for c in plots.PALETTE]
-    assert all(abs(a - b) >= plots.MIN_LIGHTNESS_GAP for a, b in zip(lightness, lightness[1:3]))
+    lightness = [legibility._lightness(c) for c in plots.PALETTE]
+    assert all(abs(a - b) >= legibility.MIN_LIGHTNESS_GAP for a, b in zip(lightness, lightness[1:3]))
 
 
 def test_figure_report_matches_the_stored_png():

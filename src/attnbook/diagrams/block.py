@@ -120,8 +120,25 @@ def block_flow(block: nn.Module, x: Tensor) -> list[FlowStep]:
             steps.append(FlowStep(node.name, "function", str(getattr(node.target, "__name__", node.target)),
                                   inputs, shape, users[node.name] > 1))
     known = {s.name for s in steps}
-    return [FlowStep(s.name, s.kind, s.label, tuple(i for i in s.inputs if i in known), s.shape, s.on_stream)
-            for s in steps]
+    steps = [FlowStep(s.name, s.kind, s.label, tuple(i for i in s.inputs if i in known), s.shape, s.on_stream)
+             for s in steps]
+    return _stream_continues_through(steps, users)
+
+
+def _stream_continues_through(steps: list[FlowStep], users: dict[str, int]) -> list[FlowStep]:
+    """Mark as on the stream a step that is the only reader of a residual sum (or of a step so
+    marked): the stream itself passes through it, as through a post-norm block's LayerNorm after
+    each sum. The block's input does not count: without any sum there is no stream to continue."""
+    carried: set[str] = set()  # steps whose value is the residual stream after at least one sum
+    marked = []
+    for s in steps:
+        continues = (s.kind in ("module", "function") and len(s.inputs) == 1 and s.inputs[0] in carried
+                     and users.get(s.inputs[0]) == 1)
+        on_stream = s.on_stream or continues
+        if on_stream and s.kind not in ("input", "output"):
+            carried.add(s.name)
+        marked.append(FlowStep(s.name, s.kind, s.label, s.inputs, s.shape, on_stream))
+    return marked
 
 
 def _is_tensor_meta(meta) -> bool:
@@ -145,9 +162,9 @@ def draw_block(block: nn.Module, x: Tensor, *, title: str | None = None) -> tupl
     if len(steps) > 12:
         raise ValueError(f"{where}: {len(steps)} steps do not fit the column legibly (at most 12)")
     row = 0.62
-    canvas = Canvas(where, title or f"{type(block).__name__}: the residual stream and its sub-layers", 7.2,
+    canvas = Canvas(where, title or f"{type(block).__name__}: the residual stream and its sub-layers",
                     0.8 + row * len(steps))
-    stream_x, side_x = 1.7, 4.7
+    stream_x, side_x = 1.35, 4.3  # inches: the page's column is 5.88 wide
     letters = {3: "B, L, E", 2: "B, E"}
     for i, s in enumerate(steps):
         y = 0.45 + row * i
@@ -157,19 +174,43 @@ def draw_block(block: nn.Module, x: Tensor, *, title: str | None = None) -> tupl
             canvas.box(s.name, s.label, (stream_x, y), (2.2, 0.42), shape=s.shape,
                        letters=letters.get(len(s.shape or ())), style=STREAM, compact=True)
         else:
-            canvas.box(s.name, s.label, (side_x, y), (3.3, 0.42), shape=s.shape,
+            canvas.box(s.name, s.label, (side_x, y), (2.9, 0.42), shape=s.shape,
                        letters=letters.get(len(s.shape or ())), kind="op", compact=True)
     for s in steps:
         for src in s.inputs:
             residual = s.kind == "add" and next(t for t in steps if t.name == src).on_stream
             canvas.arrow(src, s.name, label="residual" if residual else "",
                          label_xy=None if not residual else (stream_x - 0.55, _mid(canvas, src, s.name)))
-    sums = sum(s.kind == "add" for s in steps)
-    side = [s.label for s in steps if s.kind == "module" and not s.on_stream]
-    summary = (f"The forward of {type(block).__name__} read from its traced graph, bottom to top: the residual "
-               f"stream on the left ({sums} sum{'s' if sums != 1 else ''} marked +), the sub-layers on the right "
-               f"({', '.join(side) or 'none'}), each box with the shape of its output.")
-    return canvas.finish(summary, {"steps": [s.name for s in steps]})
+    summary = _summary(type(block).__name__, steps)
+    facts = {"steps": [s.name for s in steps],
+             "on the stream": [s.name for s in steps if s.on_stream],
+             "branches": [s.name for s in steps if not s.on_stream]}
+    return canvas.finish(summary, facts)
+
+
+def _summary(name: str, steps: list[FlowStep]) -> str:
+    """What the drawn forward does, in words made from the steps: the sums, the branches that are
+    added back, and what the stream itself passes through (a post-norm block's LayerNorms)."""
+    sums = [s.name for s in steps if s.kind == "add"]
+    side = [s.label for s in steps if not s.on_stream]
+    through = [s for s in steps if s.on_stream and s.kind not in ("input", "add", "output")]
+    text = f"The forward of {name} read from its traced graph, bottom to top"
+    if not sums:
+        return (f"{text}: no residual sum, so the input passes through every step in turn "
+                f"({', '.join(side) or 'none'}) to the output; every box carries the shape of its output.")
+    ordinal = {1: "1st", 2: "2nd", 3: "3rd"}
+    on_stream = ""
+    if through:
+        after = []
+        for s in through:  # the sum it follows on the stream
+            source = s.inputs[0]
+            while source not in sums:
+                source = next(t for t in steps if t.name == source).inputs[0]
+            after.append(f"{s.label} after the {ordinal.get(sums.index(source) + 1, f'{sums.index(source) + 1}th')} +")
+        on_stream = f"; the stream itself passes through {', '.join(after)}"
+    return (f"{text}: the residual stream on the left ({len(sums)} sum{'s' if len(sums) != 1 else ''} marked +"
+            f"{on_stream}), the branches on the right ({', '.join(side) or 'none'}), which read the stream and "
+            "are added back at a +; every box carries the shape of its output.")
 
 
 def _mid(canvas: Canvas, a: str, b: str) -> float:

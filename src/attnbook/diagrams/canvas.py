@@ -3,7 +3,7 @@
 A diagram function draws only through a :class:`Canvas`. Every call draws on the figure and adds
 the same thing to the :class:`Description`, so the description (which a notebook cell prints and
 asserts, and from which the alt text is made) lists what the figure shows. :meth:`Canvas.finish`
-refuses a figure whose text would be illegible at the book's column width
+refuses a figure whose text would be illegible on the page
 (:func:`legibility_problems`).
 
 Coordinates are inches: the one axes covers the whole figure with one data unit per inch, so a
@@ -27,7 +27,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 from matplotlib.text import Text
 
 from .description import Arrow, Box, Description, Grid, _letters, _tuple_text
-from .legibility import legibility_problems
+from ..plots.legibility import COLUMN_INCHES, FIGURE_DPI, legibility_problems
 
 __all__ = ["Style", "Canvas", "luminance", "ramp"]
 
@@ -78,12 +78,14 @@ def _hex(rgba) -> str:
 
 class Canvas:
     """A figure ``width`` x ``height`` inches with a title, on which every drawn box, arrow and
-    grid is also recorded for the :class:`Description`."""
+    grid is also recorded for the :class:`Description`. The width is the page's column
+    (:data:`attnbook.plots.COLUMN_INCHES`) unless given: the figure is then shown at its own size,
+    and its points are the page's."""
 
-    def __init__(self, where: str, title: str, width: float, height: float) -> None:
+    def __init__(self, where: str, title: str, height: float, width: float = COLUMN_INCHES) -> None:
         self.where, self.title = where, title
         self.width, self.height = width, height
-        self.fig = plt.figure(figsize=(width, height), layout="none")
+        self.fig = plt.figure(figsize=(width, height), dpi=FIGURE_DPI, layout="none")
         # An explicit "no layout" engine: with no engine at all, every save with bbox_inches="tight"
         # hands the figure matplotlib's tight layout (figure.autolayout), which warns on a canvas.
         self.fig.set_layout_engine(PlaceHolderLayoutEngine(adjust_compatible=True, colorbar_gridspec=True))

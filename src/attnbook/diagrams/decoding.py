@@ -176,10 +176,10 @@ def draw_kv_cache(module: CausalSelfAttention | TinyTransformer, inputs: Tensor,
     if T > 16 or rows > 20:
         raise ValueError(f"{where}: {T} positions in {rows} rows do not fit the column legibly; "
                          "use at most 16 positions and fewer or shorter steps")
-    cw = min(0.3, 4.0 / T)
+    cw = min(0.3, 3.0 / T)  # inches: the page's column is 5.88 wide
     ch = 0.24
     height = 1.05 + rows * ch + 0.3 * len(steps) + 0.35
-    canvas = Canvas(where, title or "The key/value cache and the causal mask, step by step", 7.2, height)
+    canvas = Canvas(where, title or "The key/value cache and the causal mask, step by step", height)
     x0 = 2.45
     y = height - 0.6
     for s in steps:

@@ -89,9 +89,9 @@ def draw_encoder_decoder(model: Seq2Seq, source: Sequence[int] | Tensor, *, step
     previous = symbols([SOS] + tokens[0, :step].tolist())[-1]
     written = symbols([next_token])[0]
     w = weights[0].tolist()
-    canvas = Canvas(where, title or f"Encoder–decoder with attention, output step {step}", 7.2, 4.7)
-    span_x0, span_w = 1.95, 5.1
-    cw = min(0.62, span_w / S)
+    canvas = Canvas(where, title or f"Encoder–decoder with attention, output step {step}", 4.7)
+    span_x0, span_w = 1.75, 4.05  # inches: the page's column is 5.88 wide
+    cw = min(0.55, span_w / S)
     x0 = span_x0 + (span_w - cw * S) / 2
     xs = [x0 + (j + 0.5) * cw for j in range(S)]
     y_tok, y_enc, y_w, y_top = 0.5, 1.35, 2.25, 3.55
@@ -116,20 +116,21 @@ def draw_encoder_decoder(model: Seq2Seq, source: Sequence[int] | Tensor, *, step
         canvas.arrow((xs[j], y_enc + 0.21), (xs[j], y_w - 0.21), record=False)
     canvas.link("encoder_states", "weights", "scored against the decoder state")
     # the top row: decoder state (the query), context, the decoder cell, the next token
-    canvas.box("decoder_state", f"state before step {step}", (0.95, y_top), (1.7, 0.62), shape=state.shape,
+    x_context = span_x0 + span_w / 2 - 0.9
+    canvas.box("decoder_state", f"state before step {step}", (0.85, y_top), (1.5, 0.62), shape=state.shape,
                letters="B, Dq")
-    canvas.box("context", "context c", (3.9, y_top), (1.2, 0.62), shape=context.shape, letters="B, Dk")
-    canvas.box("cell", "GRUCell, out", (5.45, y_top), (1.15, 0.42), kind="op", show_shape=False)
-    canvas.box("next_token", f"writes {written}", (6.6, y_top), (0.95, 0.62), shape=(1,), letters="B")
-    canvas.arrow("decoder_state", (x0 - 0.05, y_w), label="query", label_xy=(1.45, 2.85),
+    canvas.box("context", "context c", (x_context, y_top), (1.0, 0.62), shape=context.shape, letters="B, Dk")
+    canvas.box("cell", "GRUCell, out", (4.15, y_top), (1.0, 0.42), kind="op", show_shape=False)
+    canvas.box("next_token", f"writes {written}", (5.3, y_top), (0.95, 0.62), shape=(1,), letters="B")
+    canvas.arrow("decoder_state", (x0 - 0.05, y_w), label="query", label_xy=(1.3, 2.85),
                  record_as=("decoder_state", "weights"))
     for j in range(S):
-        canvas.arrow((xs[j], y_w + 0.21), (3.9 + (xs[j] - 4.5) * 0.12, y_top - 0.32), strength=w[j],
-                     record=False)
+        canvas.arrow((xs[j], y_w + 0.21), (x_context + (xs[j] - span_x0 - span_w / 2) * 0.12, y_top - 0.32),
+                     strength=w[j], record=False)
     canvas.link("weights", "context", "weighted sum of the encoder states (arrow width = weight)")
     canvas.arrow("context", "cell")
-    canvas.arrow("decoder_state", "cell", rad=-0.28, label=f"state and previous token {previous}",
-                 label_xy=(3.2, y_top + 0.62))
+    canvas.arrow("decoder_state", "cell", rad=-0.5, label=f"state and previous token {previous}",
+                 label_xy=(2.5, y_top + 0.74))
     canvas.arrow("cell", "next_token")
     j_max = max(range(S), key=lambda j: w[j])
     facts = {

@@ -99,11 +99,11 @@ def draw_qkv(projections: MultiHeadAttention | Sequence[nn.Linear | Tensor], que
     heads = H is not None
     hl = "B, H" if heads else "B"
     canvas = Canvas(where, title or ("Queries, keys and values in multi-head attention" if heads
-                                     else "Queries, keys and values"), 7.2, 4.4 if heads else 3.3)
+                                     else "Queries, keys and values"), 4.4 if heads else 3.3)
     top = canvas.height - 0.95
     rows = {"q": top, "k": top - 0.9, "v": top - 1.8}
-    cols = [0.6, 1.85, 3.15, 4.55, 6.15]
-    size = (1.0, 0.66)
+    cols = [0.5, 1.52, 2.56, 3.78, 5.22]  # inches: the page's column is 5.88 wide
+    size = (0.92, 0.66)
     E = query.shape[-1]
     k_in = "E" if key.shape[-1] == E else "Dk"  # D_k, D_v only where they differ from E
     v_in = "E" if value.shape[-1] == E else "Dv"
@@ -121,7 +121,7 @@ def draw_qkv(projections: MultiHeadAttention | Sequence[nn.Linear | Tensor], que
     for (name, tensor), w in zip((("q", q), ("k", k), ("v", v)), weights):
         length = "L" if name == "q" else "S"
         width = v_width if name == "v" else "D"
-        canvas.box(f"W_{name}", f"W_{name}", (cols[1], rows[name]), (0.95, 0.62), shape=w.shape,
+        canvas.box(f"W_{name}", f"W_{name}", (cols[1], rows[name]), (0.74, 0.62), shape=w.shape,
                    letters=f"{out_letters[name]}, {in_letters[name]}", kind="param", tex=f"$W_{name}$")
         canvas.arrow(inputs[name], f"W_{name}")
         source = "x" if inputs[name] == "x" else "m"
@@ -149,7 +149,7 @@ def draw_qkv(projections: MultiHeadAttention | Sequence[nn.Linear | Tensor], que
         expected, _ = projections(query, key, value)
         torch.testing.assert_close(output, expected)  # the drawn path is the module's forward
         canvas.box("output", "output", (cols[4], rows["v"] - 1.0), size, shape=output.shape, letters="B, L, E")
-        canvas.arrow("heads_out", "output", label="merge_heads, out_proj", label_xy=(cols[4] - 0.75, rows["v"] - 0.5))
+        canvas.arrow("heads_out", "output", label="merge_heads, out_proj", label_xy=(cols[4] - 0.8, rows["v"] - 0.5))
         facts["output equals the module's forward"] = True
     summary = ("Three weight matrices project the input into queries, keys and values"
                + (f", each split into {H} heads of D = {q.shape[-1]} columns" if heads else "")
@@ -211,20 +211,21 @@ def draw_heads(x: Tensor, num_heads: int, *, title: str | None = None) -> tuple[
     merged_owner = merge_heads(head_ids)[0, 0].tolist()  # (E,): the head each merged column came from
 
     styles = [Style(s.face, s.hatch, f"head {h}") for h, s in enumerate(ramp(H))]
-    grid_w, rows_h = 1.8, min(0.22, 1.5 / L)
+    grid_w, rows_h = 1.5, min(0.22, 1.5 / L)
     per_row = min(H, 4)  # the heads, one small grid each, in rows of up to four
     grid_rows = math.ceil(H / per_row)
-    head_w, gap, row_gap = min(0.45, 1.9 / per_row), 0.12, 0.3
+    head_w, gap, row_gap = min(0.45, 1.7 / per_row), 0.12, 0.3
     hcell = (head_w / D, min(rows_h, (L * rows_h - (grid_rows - 1) * row_gap) / (L * grid_rows)))
     heads_h = grid_rows * L * hcell[1] + (grid_rows - 1) * row_gap
     bottom = 1.35 if H <= 6 else 1.0  # room for the labels, the note and the legend
     top = bottom + max(L * rows_h, heads_h)
     canvas = Canvas(where, title or f"Splitting E = {E} columns into H = {H} heads and merging them",
-                    7.2, top + 0.75)
+                    top + 0.75)
     meaning = {h: f"head {h}" for h in range(H)}
     symbols = {h: str(h) for h in range(H)}
     cell = (grid_w / E, rows_h)
-    left, right = 0.3, 7.2 - 0.3 - grid_w
+    left, right = 0.1, canvas.width - 0.1 - grid_w
+    middle = canvas.width / 2
 
     def whole(name: str, x0: float, owner: list[int], label: str, tensor: Tensor) -> None:
         """A (B, L, E) tensor as L rows of E cells, each shaded by the head owning its column."""
@@ -236,7 +237,7 @@ def draw_heads(x: Tensor, num_heads: int, *, title: str | None = None) -> tuple[
                             letters="B, L, E", va="top")
 
     whole("x", left, x_owner, "x", x)
-    hx0 = 3.6 - (per_row * head_w + (per_row - 1) * gap) / 2
+    hx0 = middle - (per_row * head_w + (per_row - 1) * gap) / 2
     for h in range(H):
         r, c = divmod(h, per_row)
         x0 = hx0 + c * (head_w + gap)
@@ -244,17 +245,17 @@ def draw_heads(x: Tensor, num_heads: int, *, title: str | None = None) -> tuple[
         canvas.cells(f"head {h}", (x0, y0), hcell, [[h] * D] * L, styles, meaning=meaning, symbols=symbols,
                      record=False)
         canvas.text(x0 + head_w / 2, y0 + 0.12, f"h{h}", size=8)
-    canvas.tensor_label("heads", "heads = split_heads(x)", 3.6, top - heads_h - 0.08, shape=heads.shape,
+    canvas.tensor_label("heads", "heads = split_heads(x)", middle, top - heads_h - 0.08, shape=heads.shape,
                         letters="B, H, L, D", va="top")
     whole("merged", right, merged_owner, "merge_heads(heads)", merged)
     mid_y = top - L * rows_h / 2
     canvas.arrow((left + grid_w + 0.08, mid_y), (hx0 - 0.08, mid_y), record_as=("x", "heads"))
     canvas.arrow((hx0 + per_row * head_w + (per_row - 1) * gap + 0.08, mid_y), (right - 0.08, mid_y),
                  record_as=("heads", "merged"))
-    canvas.text(3.6, bottom - 0.7, f"D = E / H = {D} column{'s' if D != 1 else ''} per head; rows are the L = {L} positions of "
-                "batch item 0.", size=8)
+    canvas.text(middle, bottom - 0.7, f"D = E / H = {D} column{'s' if D != 1 else ''} per head; rows are the "
+                f"L = {L} positions of batch item 0.", size=8)
     if H <= 6:
-        canvas.legend(styles, 0.3, 0.25)
+        canvas.legend(styles, 0.1, 0.25)
     facts = {"head_columns": owners, "merge_heads(split_heads(x)) == x": True}
     spans = ", ".join(f"head {h} columns {_span(c)}" for h, c in owners.items())
     summary = (f"The E = {E} columns of x are shaded and hatched by the head that owns them ({spans}); "

@@ -104,9 +104,9 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
     L, S = q.shape[-2], k.shape[-2]
     if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < L:
         raise ValueError(f"{where}: `query` must be an int in 0..{L - 1}; got {query!r}")
-    if q.dim() > 4 or S > 14 or len(states) > 6:
+    if q.dim() > 4 or S > 12 or len(states) > 6:
         raise ValueError(f"{where}: q {tuple(q.shape)} and {S} keys in {len(states)} tiles do not fit the "
-                         "column legibly; use at most 14 keys, 6 tiles and (B, H, L, D)")
+                         "column legibly; use at most 12 keys, 6 tiles and (B, H, L, D)")
     first = (0,) * (q.dim() - 2)
     row = first + (query,)
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -115,8 +115,8 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
     weights = (scores - final.m[row]).exp() / final.l[row]  # (S,)
     torch.testing.assert_close(weights, torch.softmax(scores, dim=-1))  # the weights, recovered
     n = len(states)
-    canvas = Canvas(where, title or f"The online softmax of query {query}, tile by tile", 7.2, 3.2 + 0.27 * n)
-    x0, cw, ch = 2.2, min(0.45, 4.9 / S), 0.3
+    canvas = Canvas(where, title or f"The online softmax of query {query}, tile by tile", 3.4 + 0.27 * n)
+    x0, cw, ch = 1.75, min(0.45, 4.05 / S), 0.3  # inches: the page's column is 5.88 wide
     tile_styles = [Style(t.face) for t in ramp(n, low=0.55, high=0.95)]  # no hatching under numbers
     tile_of = [t.index for t in states for _ in t.keys]
     top = canvas.height - 0.85
@@ -127,19 +127,19 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
     for t in states:
         mid = x0 + (t.keys.start + t.keys.stop) / 2 * cw
         canvas.text(mid, top + 0.13, f"tile {t.index}" if len(t.keys) * cw >= 0.55 else str(t.index), size=8)
-        canvas.ax.plot([x0 + t.keys.start * cw] * 2, [top + 0.02, top - ch - 0.02], color="#1a1a1a", lw=2.2)
-    canvas.ax.plot([x0 + S * cw] * 2, [top + 0.02, top - ch - 0.02], color="#1a1a1a", lw=2.2)
+        canvas.ax.plot([x0 + t.keys.start * cw] * 2, [top + 0.02, top - ch - 0.02], color="#1a1a1a", lw=2.2, ls="-")
+    canvas.ax.plot([x0 + S * cw] * 2, [top + 0.02, top - ch - 0.02], color="#1a1a1a", lw=2.2, ls="-")
     canvas.cells("final weights", (x0, top - ch - 0.15), (cw, ch), [list(range(S))],
                  {j: TENSOR for j in range(S)}, meaning={}, symbols={},
                  texts=[[f"{float(w):.2f}" for w in weights]], record=False)
     canvas.text(0.1, top - 1.5 * ch - 0.15, "weights exp(s − m) / ℓ", size=8, ha="left")
     # the table of states
     headers = ["tile", "keys", "tile max", "m after", "c = exp(m_old − m)", "ℓ after"]
-    xs = [0.35, 1.05, 2.0, 3.05, 4.45, 5.95]
+    xs = [0.3, 0.85, 1.65, 2.55, 3.85, 5.25]
     y = top - 2 * ch - 0.6
     for x, h in zip(xs, headers):
         canvas.text(x, y, h, size=8, fontweight="bold")
-    canvas.ax.plot([0.1, 7.1], [y - 0.14, y - 0.14], color="#1a1a1a", lw=0.8)
+    canvas.ax.plot([0.1, canvas.width - 0.1], [y - 0.14, y - 0.14], color="#1a1a1a", lw=0.8, ls="-")
     rows = []
     for t in states:
         y -= 0.27
@@ -151,12 +151,12 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
         for x, text in zip(xs, cells):
             canvas.text(x, y, text, size=8)
         rows.append(state)
-    canvas.text(3.6, y - 0.4, f"output = acc / ℓ after tile {n - 1}: equal to tiled_attention(block_size="
-                f"{block_size}) and to the softmax over all {S} keys", size=8)
+    canvas.text(canvas.width / 2, y - 0.5, f"output = acc / ℓ after tile {n - 1}: equal to tiled_attention("
+                f"block_size={block_size})\nand to the softmax over all {S} keys", size=8)
     lead, width = {2: ("", "E"), 3: ("B, ", "E"), 4: ("B, H, ", "D")}[q.dim()]
     for i, (name, t, letters) in enumerate((("q", q, f"L, {width}"), ("k", k, f"S, {width}"), ("v", v, "S, Dv"),
                                              ("output", output, "L, Dv"))):
-        canvas.tensor_label(name, name, 0.95 + 1.75 * i, 0.35, shape=t.shape, letters=lead + letters)
+        canvas.tensor_label(name, name, 0.65 + 1.5 * i, 0.35, shape=t.shape, letters=lead + letters)
     facts = {
         "block_size": block_size,
         "states": rows,
