@@ -331,6 +331,7 @@ GOOD = {
     "padding_fraction": None,  # measured: _Lazy computes it
     "padding_mask": good_padding_mask,
     "helga_length": None,  # measured: _Lazy computes it
+    "padded_weights": lambda lengths, S: ((len(lengths), S), [1.0 if n else 0.0 for n in lengths]),
     "scaled_dot_scores": good_scaled_scores,
     "score_variance": lambda E: (E, 1),
     "attention_entropy": good_entropy,
@@ -549,6 +550,14 @@ MISTAKES = [
     ("helga_length", _helga_answer(0.5, doubled=math.sqrt(2)), "doubled", "doubled Helga's SCORE"),
     ("helga_length", _helga_answer(0.6, doubled=1.0), "doubled", "not at 2m"),
     ("helga_length", {**_helga_answer(0.5), "share": 50}, "length", "not a percentage"),
+    ("padded_weights", lambda n, S: ((S, len(n)), [1.0 if x else 0.0 for x in n]), "shape", "one row per SEQUENCE"),
+    ("padded_weights", lambda n, S: ((len(n), max(n)), [1.0 if x else 0.0 for x in n]), "shape",
+     "padding included"),
+    ("padded_weights", lambda n, S: ((len(n), 1, S), [1.0 if x else 0.0 for x in n]), "shape", "drops its axis"),
+    ("padded_weights", lambda n, S: ((len(n), S), [1.0] * len(n)), "row_sums", "length 0"),
+    ("padded_weights", lambda n, S: ((len(n), S), [x / S for x in n]), "row_sums", "REAL positions only"),
+    ("padded_weights", lambda n, S: ((len(n), S), [x and 1.0 or float("nan") for x in n]), "row_sums",
+     "must not give NaN"),
     ("scaled_dot_scores", lambda q, k: q @ k.transpose(-2, -1), "values", "not scaled"),
     ("scaled_dot_scores", lambda q, k: q @ k.transpose(-2, -1) / q.shape[-1], "values", "divided the scores by D"),
     ("scaled_dot_scores", lambda q, k: q @ k.transpose(0, 1) / math.sqrt(q.shape[-1]), "heads", "LAST TWO"),

@@ -237,3 +237,90 @@ def helga_doubled(case):
         ("That is a percentage; give the weight, a fraction between 0 and 1.", 100 * ref),
         ("That is the weight of one of the OTHER words; the question asks for Helga's.", (1 - ref) / 3),
     ], rel_tol=0, abs_tol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 2.4: padded_weights (prediction)
+# ------------------------------------------------------------------------------------------------
+
+PADDED_WEIGHTS = exercise(
+    "padded_weights",
+    "fn(lengths, S) -> (shape, row_sums): for a batch of B sources with true lengths `lengths` (a "
+    "list of B ints from 0 to S) padded to S positions, the shape of the weights that one "
+    "attention_step with a padding mask returns, a tuple of ints, and the sum of each of the B "
+    "rows of those weights, a list of B numbers; predicted, without running attention.",
+    blocks=["attnbook.seq2seq.attention_step", "attnbook.functional.masked_softmax",
+            "attnbook.functional.attention"])
+
+
+def padded_case(case) -> tuple[list[int], int, torch.Tensor]:
+    """The lengths (one of them 0, all below S), S, and the weights (B, S) attention_step gives."""
+    S = case.size(6, 5, 9)
+    lengths = case.lengths([2, 5, 4], 1, S - 1) + [0]  # padding in every row
+    B = len(lengths)
+    _, weights = attention_step(case.randn(B, 3), case.randn(B, S, 3), DotScore(),
+                                padding_mask(lengths, max_len=S))
+    return lengths, S, weights
+
+
+def _pair(got, lengths, S):
+    if not (isinstance(got, (tuple, list)) and len(got) == 2):
+        raise Wrong(f"For lengths={lengths}, S={S} your function returned {got!r:.80}; it should "
+                    "return a pair (shape, row_sums).")
+    return got
+
+
+@part(PADDED_WEIGHTS, "shape")
+def padded_weights_shape(case):
+    lengths, S, weights = padded_case(case)
+    B, ref = len(lengths), tuple(weights.shape)
+    shape, _ = _pair((yield call(list(lengths), S)), lengths, S)
+    try:
+        got = tuple(int(n) for n in shape)
+    except Exception:
+        raise Wrong(f"The shape should be a tuple of ints such as (2, 3); got {shape!r:.60}.") from None
+    if got == ref:
+        return
+    named = {
+        (S, B): "one row per SEQUENCE of the batch and one column per source position: (B, S).",
+        (B, max(lengths)): "the weights cover every position of the padded batch, S of them, padding "
+                           "included (it gets weight 0), not only up to the longest length.",
+        (B, 1, S): "attention_step has one query per sequence and drops its axis: (B, S), not (B, 1, S).",
+        (B, S, 3): "the weights have one number per source position; the width of the states belongs "
+                   "to the context, not to the weights.",
+    }
+    note = named.get(got)
+    raise Wrong(f"For lengths={lengths} (B = {B}) and S={S} you predicted the shape {got}; expected "
+                f"{ref}." + (f" Mistake: {note}" if note else ""))
+
+
+@part(PADDED_WEIGHTS, "row_sums")
+def padded_weights_row_sums(case):
+    lengths, S, weights = padded_case(case)
+    B, ref = len(lengths), weights.sum(dim=-1)  # (B,)
+    _, sums = _pair((yield call(list(lengths), S)), lengths, S)
+    try:
+        got = torch.tensor([float(x) for x in sums], dtype=ref.dtype)
+    except Exception:
+        raise Wrong(f"The row sums should be a list of B numbers; got {sums!r:.60}.") from None
+    if got.shape != ref.shape:
+        raise Wrong(f"For lengths={lengths} you gave {got.numel()} row sums; expected one per "
+                    f"sequence, B = {B}.")
+    if torch.allclose(got, ref, atol=1e-5):
+        return
+    lengths_t = torch.tensor(lengths, dtype=ref.dtype)
+    if torch.isnan(got).any():
+        note = ("a source with no real token must not give NaN: masked_softmax finds such rows and "
+                "gives them zero weights, so the row sums to 0.")
+    elif torch.allclose(got, torch.ones(B)):
+        note = ("the source of length 0 has no real position to attend to: its weights are all zero "
+                "(never NaN, never spread over the padding), so its row sums to 0, not 1.")
+    elif torch.allclose(got, lengths_t / S):
+        note = ("the softmax normalises over the REAL positions only: padding gets exactly 0 and "
+                "every row with a real token sums to exactly 1, however much padding it has.")
+    elif torch.allclose(got, lengths_t):
+        note = "these are the lengths; the weights of a row with a real token sum to 1."
+    else:
+        note = ""
+    raise Wrong(f"For lengths={lengths} and S={S} you predicted the row sums "
+                f"{[round(x, 4) for x in got.tolist()]}; expected {[round(x, 4) for x in ref.tolist()]}." + (f" Mistake: {note}" if note else ""))
