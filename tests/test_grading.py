@@ -245,6 +245,59 @@ def _weakest_month_answer():
     return {"format": name, "weight": last[name]}
 
 
+def _helga_answer(share=0.5, scale_key=True, words=4, doubled=2.0, step=1e-5):
+    """Exercise 2.3 measured here without attnbook: scan the length of Helga's vector (the query,
+    and her key unless ``scale_key`` is False) in steps of ``step`` among the first ``words``
+    words; then her weight at ``doubled`` times that length."""
+    vectors = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.6, 0.8], [0.0, -0.6, 0.8]])[:words]
+
+    def weight(m):
+        keys = vectors.clone()
+        keys[0] *= m if scale_key else 1.0
+        return torch.softmax(keys @ (m * vectors[0]), dim=-1)[0].item()
+
+    low, high = 0.0, 10.0
+    while high - low > step:
+        middle = (low + high) / 2
+        low, high = (low, middle) if weight(middle) >= share else (middle, high)
+    length = high if step < 1e-3 else step * math.ceil(high / step)
+    return {"share": share, "length": length, "doubled": weight(doubled * length)}
+
+
+def _related_batch(seed):
+    """Exercise 4.4's batch, drawn as its provided cell draws it."""
+    D, S, n = 16, 8, 2000
+    shift = torch.roll(torch.arange(D), 1)
+    g = torch.Generator().manual_seed(seed)
+    queries, keys = torch.randn(n, 1, D, generator=g), torch.randn(n, S, D, generator=g)
+    keys[:, 0] = queries[:, 0, shift] + 0.3 * torch.randn(n, D, generator=g)
+    return queries, keys, shift
+
+
+def _rearrangement_answer(seed=0, transpose=False):
+    queries, keys, shift = _related_batch(seed)
+    D = shift.numel()
+    undo = torch.zeros(D, D)
+    undo[shift, torch.arange(D)] = 1.0
+    answer = {"seed": seed}
+    for name, W in (("identity", torch.eye(D)), ("rearrangement", undo.T if transpose else undo)):
+        answer[name] = ((queries @ W @ keys.transpose(1, 2))[:, 0].argmax(-1) == 0).float().mean().item()
+    return answer
+
+
+def _self_weight_answer(seed=0, scale=True, diagonal=True, shared_key="W_q"):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(64, 16, 32, generator=g)
+    W_q = torch.randn(8, 32, generator=g) * 32**-0.5
+    W_k = torch.randn(8, 32, generator=g) * 32**-0.5
+    answer = {"seed": seed}
+    for name, (Wa, Wb) in (("separate", (W_q, W_k)), ("shared", (W_q, W_q) if shared_key == "W_q" else (W_k, W_k))):
+        scores = (x @ Wa.T) @ (x @ Wb.T).transpose(-2, -1) / (math.sqrt(8) if scale else 1.0)
+        w = torch.softmax(scores, dim=-1)
+        answer[name] = (torch.diagonal(w, dim1=-2, dim2=-1) if diagonal else w).mean().item()
+    return answer
+
+
 class _Lazy(dict):
     """Answers that are measured (an experiment's result): computed when a test asks for them."""
 
@@ -277,12 +330,15 @@ GOOD = {
     "bottleneck_parameters": lambda V, E, H: 2 * (V * E + 3 * (E * H + H * H + 2 * H)) + H * V + V,
     "padding_fraction": None,  # measured: _Lazy computes it
     "padding_mask": good_padding_mask,
+    "helga_length": None,  # measured: _Lazy computes it
+    "padded_weights": lambda lengths, S: ((len(lengths), S), [1.0 if n else 0.0 for n in lengths]),
     "scaled_dot_scores": good_scaled_scores,
     "score_variance": lambda E: (E, 1),
     "attention_entropy": good_entropy,
     "bilinear_score": good_bilinear,
     "bilinear_equals_dot": lambda D: torch.eye(D) / math.sqrt(D),
     "bilinear_cost": lambda L, S, Dq, Dk: (Dq * Dk, L * Dq * Dk + L * S * Dk),
+    "rearrangement_accuracy": None,
     "additive_score": good_additive,
     "additive_concat": lambda W_q, W_k: torch.cat([W_q, W_k], dim=1),
     "additive_peak_memory": {"concat": 4 * 40 * 30 * 2 * (16 + 48), "broadcast": 4 * (40 * 30 * 9 + 70 * 8)},
@@ -293,6 +349,7 @@ GOOD = {
     "qkv_projection": good_qkv,
     "self_attention": good_self_attention,
     "position_dot": lambda offset, E: sum(math.cos(offset * 10000 ** (-2 * k / E)) for k in range(E // 2)),
+    "self_weight": None,
     "online_softmax_merge": good_merge_state,
     "kv_cache_bytes": good_kv_bytes,
     "rms_norm": good_rms_norm,
@@ -306,7 +363,8 @@ GOOD = {
 
 # Measured answers (experiments) are computed when a test asks for them.
 GOOD = _Lazy(GOOD, block_spread=_spread_answer, weakest_month_format=_weakest_month_answer,
-             padding_fraction=_padding_fraction_answer)
+             padding_fraction=_padding_fraction_answer, helga_length=_helga_answer,
+             rearrangement_accuracy=_rearrangement_answer, self_weight=_self_weight_answer)
 
 
 def test_every_exercise_has_a_right_answer_here():
@@ -420,7 +478,7 @@ MISTAKES = [
     ("masked_softmax", lambda s, m: torch.softmax(s.float().masked_fill(~m, NEG_INF), -1).nan_to_num(),
      "fp16", "dtype torch.float32"),
     ("scaled_dot_product_attention", sdpa_with(scale="none"), "no_mask", "not scaled"),
-    ("scaled_dot_product_attention", sdpa_with(scale="d"), "no_mask", "divided the scores by E"),
+    ("scaled_dot_product_attention", sdpa_with(scale="d"), "no_mask", "divided the scores by D"),
     ("scaled_dot_product_attention", sdpa_with(dim=-2), "no_mask", "dimension 1"),
     ("scaled_dot_product_attention", sdpa_with(transpose="T"), "no_mask", "LAST TWO axes"),
     ("scaled_dot_product_attention", sdpa_with(transpose="01"), "heads", "LAST TWO axes"),
@@ -486,12 +544,26 @@ MISTAKES = [
     ("padding_mask", lambda n, S: torch.arange(S)[None] >= n[:, None], "values", "False the padding"),
     ("padding_mask", lambda n, S: torch.arange(S)[None] <= n[:, None], "values", "Off by one"),
     ("padding_mask", lambda n, S: (torch.arange(S)[None] < n[:, None]).long(), "values", "bool"),
+    ("helga_length", _helga_answer(0.5, scale_key=False), "length", "SCORE Helga needs"),
+    ("helga_length", _helga_answer(0.8, words=2), "length", "ONE competitor"),
+    ("helga_length", _helga_answer(0.7, step=0.1), "length", "refine your steps"),
+    ("helga_length", _helga_answer(0.5, doubled=math.sqrt(2)), "doubled", "doubled Helga's SCORE"),
+    ("helga_length", _helga_answer(0.6, doubled=1.0), "doubled", "not at 2m"),
+    ("helga_length", {**_helga_answer(0.5), "share": 50}, "length", "not a percentage"),
+    ("padded_weights", lambda n, S: ((S, len(n)), [1.0 if x else 0.0 for x in n]), "shape", "one row per SEQUENCE"),
+    ("padded_weights", lambda n, S: ((len(n), max(n)), [1.0 if x else 0.0 for x in n]), "shape",
+     "padding included"),
+    ("padded_weights", lambda n, S: ((len(n), 1, S), [1.0 if x else 0.0 for x in n]), "shape", "drops its axis"),
+    ("padded_weights", lambda n, S: ((len(n), S), [1.0] * len(n)), "row_sums", "length 0"),
+    ("padded_weights", lambda n, S: ((len(n), S), [x / S for x in n]), "row_sums", "REAL positions only"),
+    ("padded_weights", lambda n, S: ((len(n), S), [x and 1.0 or float("nan") for x in n]), "row_sums",
+     "must not give NaN"),
     ("scaled_dot_scores", lambda q, k: q @ k.transpose(-2, -1), "values", "not scaled"),
-    ("scaled_dot_scores", lambda q, k: q @ k.transpose(-2, -1) / q.shape[-1], "values", "divided the scores by E"),
+    ("scaled_dot_scores", lambda q, k: q @ k.transpose(-2, -1) / q.shape[-1], "values", "divided the scores by D"),
     ("scaled_dot_scores", lambda q, k: q @ k.transpose(0, 1) / math.sqrt(q.shape[-1]), "heads", "LAST TWO"),
     ("scaled_dot_scores", lambda q, k: q @ k.T / math.sqrt(q.shape[-1]), "values", "transpose(-2, -1)"),
     ("score_variance", lambda E: (math.sqrt(E), 1), "unscaled", "standard deviation"),
-    ("score_variance", lambda E: (E, 1 / math.sqrt(E)), "scaled", "(√E)² = E"),
+    ("score_variance", lambda E: (E, 1 / math.sqrt(E)), "scaled", "(√D)² = D"),
     ("attention_entropy", lambda q, k, scale: good_entropy(q, k, scale) / math.log(2), "scaled", "in bits"),
     ("attention_entropy", lambda q, k, scale: -good_entropy(q, k, scale), "scaled", "minus sign"),
     ("attention_entropy", lambda q, k, scale: good_entropy(q, k, scale, total=lambda h: h.sum()), "scaled",
@@ -510,6 +582,11 @@ MISTAKES = [
     ("bilinear_cost", lambda L, S, Dq, Dk: (Dq * Dk, L * S * Dk), "multiply_adds", "add the projection"),
     ("bilinear_cost", lambda L, S, Dq, Dk: (Dq * Dk, S * Dq * Dk + L * S * Dq), "multiply_adds",
      "projecting the keys"),
+    ("rearrangement_accuracy", _rearrangement_answer(3, transpose=True), "rearrangement", "transpose"),
+    ("rearrangement_accuracy", {**_rearrangement_answer(4), "identity": 100 * _rearrangement_answer(4)["identity"]},
+     "identity", "percentage"),
+    ("rearrangement_accuracy", {**_rearrangement_answer(5), "rearrangement": 1 - _rearrangement_answer(5)[
+        "rearrangement"]}, "rearrangement", "NOT key 0"),
     ("additive_score", lambda q, k, Wq, Wk, v: ((q @ Wq.T)[:, :, None] + (k @ Wk.T)[:, None]) @ v,
      "values", "left out the tanh"),
     ("additive_score", lambda q, k, Wq, Wk, v: torch.tanh((q @ Wq)[:, :, None] + (k @ Wk)[:, None]) @ v,
@@ -530,6 +607,10 @@ MISTAKES = [
      "ignores the mask"),
     ("self_attention", lambda x, a, b, c, mask=None: sdpa_with(scale="none")(x @ a.T, x @ b.T, x @ c.T, mask),
      "values", "not scaled"),
+    ("self_weight", _self_weight_answer(2, scale=False), "shared", "not scaled"),
+    ("self_weight", _self_weight_answer(3, diagonal=False), "separate", "mean of ALL the weights"),
+    ("self_weight", {**_self_weight_answer(4), "shared": _self_weight_answer(4)["separate"]}, "shared",
+     "other projection"),
     ("online_softmax_merge", lambda a, b: (torch.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]), "values",
      "without rescaling"),
     ("online_softmax_merge", lambda a, b: (torch.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]), "attention",
@@ -845,3 +926,32 @@ def test_feedback_is_displayed_not_returned_as_a_cell_result():
 
     shell = InteractiveShell.instance()
     assert shell.display_formatter.format(Feedback("x", 1, 1)) == ({}, {})
+
+
+def test_a_shared_key_projection_may_be_either_matrix():
+    """Exercise 6.4 asks for q = k = x W_qᵀ; sharing W_k instead is the same experiment."""
+    assert check("self_weight", _self_weight_answer(1, shared_key="W_k"), part="shared").passed
+
+
+def test_experiments_follow_the_answer_they_are_given():
+    """An experiment is checked against the student's own seed or share: right for another seed is wrong."""
+    assert check("helga_length", _helga_answer(0.9)).passed
+    assert not check("helga_length", {**_helga_answer(0.9), "share": 0.6}, part="length").passed
+    assert check("rearrangement_accuracy", _rearrangement_answer(11)).passed
+    assert not check("rearrangement_accuracy", {**_rearrangement_answer(11), "seed": 12}).passed
+    assert check("self_weight", _self_weight_answer(11)).passed
+    assert check("self_weight", {**_self_weight_answer(11), "seed": 12}).score == 0
+
+
+def test_feedback_writes_the_scale_as_the_notation_page_does():
+    """chapters/notation.md: the scale is 1/√D, with D the query/key width; never √E."""
+    from attnbook.grading import ch03_scaled_dot_product, mistakes
+
+    texts = [v for k, v in vars(mistakes).items() if k.startswith("M_")]
+    feedback = check("scaled_dot_scores", lambda q, k: q @ k.transpose(-2, -1) / q.shape[-1])
+    texts += feedback.messages + [ch03_scaled_dot_product.SCALED_SCORES.contract,
+                                  ch03_scaled_dot_product.SCORE_VARIANCE.contract]
+    texts += check("score_variance", lambda D: (math.sqrt(D), 1 / math.sqrt(D))).messages
+    texts += check("scaled_dot_product_attention", sdpa_with(scale="d")).messages
+    assert not [t for t in texts if "√E" in t or "sqrt(E)" in t], texts
+    assert any("√D" in t for t in texts)

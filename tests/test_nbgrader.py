@@ -179,7 +179,7 @@ MISTAKES = {
         "softmax": ("torch.softmax(scores, dim=-1) * mask", ["mask after the softmax"]),
         "attention": ("masked_softmax(q @ k.T / math.sqrt(q.shape[-1]), mask) @ v", ["LAST TWO axes"]),
         "selfatt": ("masked_softmax((x @ W_q.T) @ (x @ W_k.T).transpose(-2, -1) / W_q.shape[0], mask) @ (x @ W_v.T)",
-                    ["divided the scores by E"]),
+                    ["divided the scores by D"]),
         "step": ("{}['boom']", ["KeyError"]),
         "causal": ("torch.ones(L, S, dtype=torch.bool).tril()", ["aligned to the top left"]),
         "pick": ('{"square": "ACD", "cache": "AC"}', ["future", "top left"]),
@@ -498,6 +498,6 @@ def test_chapter_exercises_are_well_formed():
                     assert call.part in grading.parts(call.exercise_id), \
                         f"{chapter.name}: {call.exercise_id}/{call.part}"
                 tests_per_solution[-1] += 1
-        assert len(tests_per_solution) >= 2, f"{chapter.name}: fewer than two exercises"
+        assert len(tests_per_solution) >= 3, f"{chapter.name}: fewer than three exercises"
         assert all(n >= 1 for n in tests_per_solution), f"{chapter.name}: an exercise without a test cell"
     assert with_exercises >= 1

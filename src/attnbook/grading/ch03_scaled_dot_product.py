@@ -1,4 +1,4 @@
-"""Chapter 3, scaling by √E: the scaled dot-product scores, and the variance of a score."""
+"""Chapter 3, scaling by √D: the scaled dot-product scores, and the variance of a score."""
 
 from __future__ import annotations
 
@@ -16,25 +16,25 @@ from .mistakes import M_NO_SCALE, M_SCALE_D
 
 SCALED_SCORES = exercise(
     "scaled_dot_scores",
-    "fn(q (..., L, E), k (..., S, E)) -> scores (..., L, S) = q kᵀ / √E.",
+    "fn(q (..., L, D), k (..., S, D)) -> scores (..., L, S) = q kᵀ / √D.",
     blocks=["attnbook.scores.ScaledDotScore"])
 
 
 def scores_case(q, k):
-    E = q.shape[-1]
+    D = q.shape[-1]
     raw = q @ k.transpose(-2, -1)  # (..., L, S)
     out = yield call(q, k, hints=matmul_hint)
-    compare(out, raw / math.sqrt(E), "scores", [
+    compare(out, raw / math.sqrt(D), "scores", [
         (M_NO_SCALE, lambda: raw),
-        (M_SCALE_D, lambda: raw / E),
-        ("You multiplied by √E; divide by it.", lambda: raw * math.sqrt(E)),
-        ("You scaled by √S (the number of keys); scale by √E, the width.", lambda: raw / math.sqrt(k.shape[-2])),
+        (M_SCALE_D, lambda: raw / D),
+        ("You multiplied by √D; divide by it.", lambda: raw * math.sqrt(D)),
+        ("You scaled by √S (the number of keys); scale by √D, the width.", lambda: raw / math.sqrt(k.shape[-2])),
         ("You returned the scores key-by-query (..., S, L): compute q @ kᵀ, not k @ qᵀ.",
-         lambda: k @ q.transpose(-2, -1) / math.sqrt(E)),
+         lambda: k @ q.transpose(-2, -1) / math.sqrt(D)),
         ("Keys transposed on the wrong axes: `.T` (or `.transpose(0, 1)`) on a batch of keys moves the "
-         "batch axis too; use `k.transpose(-2, -1)`.", lambda: q @ k.T / math.sqrt(E)),
+         "batch axis too; use `k.transpose(-2, -1)`.", lambda: q @ k.T / math.sqrt(D)),
         ("You applied a softmax: this function returns the raw scaled scores.",
-         lambda: torch.softmax(raw / math.sqrt(E), -1)),
+         lambda: torch.softmax(raw / math.sqrt(D), -1)),
     ])
 
 
@@ -59,39 +59,39 @@ def scaled_scores_unbatched(case):
 
 SCORE_VARIANCE = exercise(
     "score_variance",
-    "fn(E) -> (var_dot, var_scaled): for q and k with independent standard-normal entries of width E, "
-    "the variance of q·k and of q·k / √E.")
+    "fn(D) -> (var_dot, var_scaled): for q and k with independent standard-normal entries of width D, "
+    "the variance of q·k and of q·k / √D.")
 
 
 def variance_answers(case):
     widths = (4, 64, 512) if case.seed == 0 else tuple(case.randint(3, 2000) for _ in range(3))
-    answers = yield [call(E) for E in widths]
-    for E, ans in zip(widths, answers):
+    answers = yield [call(D) for D in widths]
+    for D, ans in zip(widths, answers):
         if not (isinstance(ans, (tuple, list)) and len(ans) == 2):
-            raise Wrong(f"For E={E} your function returned {ans!r:.60}; expected two numbers (var_dot, var_scaled).")
+            raise Wrong(f"For D={D} your function returned {ans!r:.60}; expected two numbers (var_dot, var_scaled).")
     return list(zip(widths, answers))
 
 
 @part(SCORE_VARIANCE, "unscaled")
 def score_variance_unscaled(case):
-    for E, ans in (yield from variance_answers(case)):
-        check_number(ans[0], E, f"the variance of q·k with E={E}", [
-            ("That is the standard deviation √E; the variance is the sum of E variances of 1, so E.",
-             math.sqrt(E)),
-            ("Each product q_i k_i has variance 1, and q·k sums E of them: the variances add up to E.", 1),
-            ("The variance of a sum of E independent terms of variance 1 is E, not E².", E * E),
+    for D, ans in (yield from variance_answers(case)):
+        check_number(ans[0], D, f"the variance of q·k with D={D}", [
+            ("That is the standard deviation √D; the variance is the sum of D variances of 1, so D.",
+             math.sqrt(D)),
+            ("Each product q_i k_i has variance 1, and q·k sums D of them: the variances add up to D.", 1),
+            ("The variance of a sum of D independent terms of variance 1 is D, not D².", D * D),
         ])
 
 
 @part(SCORE_VARIANCE, "scaled")
 def score_variance_scaled(case):
-    for E, ans in (yield from variance_answers(case)):
-        check_number(ans[1], 1, f"the variance of q·k/√E with E={E}", [
-            ("Dividing by √E divides the variance by (√E)² = E, so E/E = 1.", 1 / math.sqrt(E)),
-            ("Dividing by √E divides the variance by E (a constant c scales the variance by c²), giving 1.",
-             math.sqrt(E)),
-            ("Dividing by √E divides the variance by E, giving 1; 1/E is what dividing by E would give.", 1 / E),
-            ("You kept the unscaled variance E; dividing by √E divides it by E.", E),
+    for D, ans in (yield from variance_answers(case)):
+        check_number(ans[1], 1, f"the variance of q·k/√D with D={D}", [
+            ("Dividing by √D divides the variance by (√D)² = D, so D/D = 1.", 1 / math.sqrt(D)),
+            ("Dividing by √D divides the variance by D (a constant c scales the variance by c²), giving 1.",
+             math.sqrt(D)),
+            ("Dividing by √D divides the variance by D, giving 1; 1/D is what dividing by D would give.", 1 / D),
+            ("You kept the unscaled variance D; dividing by √D divides it by D.", D),
         ])
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -10,6 +11,7 @@ from torch import Tensor
 from ..scores import BilinearScore, ScaledDotScore
 from .compare import Wrong, check_number, compare, matmul_hint, same
 from .harness import call, exercise, part
+from .mistakes import seeded_answer
 
 # ------------------------------------------------------------------------------------------------
 # Exercise 4.1: bilinear_score
@@ -162,3 +164,73 @@ def bilinear_cost_multiply_adds(case):
             ("That is the cost of Q (W Kᵀ), projecting the keys; the package computes (Q W) Kᵀ: "
              "L · Dq · Dk + L · S · Dk.", S * Dq * Dk + L * S * Dq),
         ])
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 4.4: rearrangement_accuracy (experiment; checked against a run with the student's seed)
+# ------------------------------------------------------------------------------------------------
+
+REARRANGEMENT = exercise(
+    "rearrangement_accuracy",
+    "answer: a dict {'seed': int, 'identity': float, 'rearrangement': float}: on the exercise's related-keys "
+    "batch drawn with `seed` (related_keys(seed): n = 2000 queries, S = 8 keys each, key 0 related to its "
+    "query by the cyclic shift), the fraction of queries whose highest bilinear score goes to key 0 with "
+    "W = I (the dot product) and with the W that undoes the shift, built by hand (no training).")
+
+REARRANGEMENT_SIZES = {"D": 16, "S": 8, "n": 2000, "noise": 0.3}
+
+
+def related_keys(seed: int, D: int = 16, S: int = 8, n: int = 2000, noise: float = 0.3):
+    """The exercise's batch, drawn exactly as its provided cell draws it: queries (n, 1, D), keys
+    (n, S, D) whose key 0 carries the query shifted by one coordinate, and the shift (D,)."""
+    shift = torch.roll(torch.arange(D), 1)  # key coordinate j carries query coordinate shift[j]
+    generator = torch.Generator().manual_seed(seed)
+    queries = torch.randn(n, 1, D, generator=generator)
+    keys = torch.randn(n, S, D, generator=generator)
+    keys[:, 0] = queries[:, 0, shift] + noise * torch.randn(n, D, generator=generator)
+    return queries, keys, shift
+
+
+def picks_key_zero(weight: Tensor, queries: Tensor, keys: Tensor) -> float:
+    """The fraction of queries whose highest score under BilinearScore(weight) is key 0."""
+    scores = bilinear_ref(queries, weight, keys)[:, 0]  # (n, S)
+    return (scores.argmax(dim=-1) == 0).float().mean().item()
+
+
+@functools.lru_cache(maxsize=16)
+def rearrangement_accuracies(seed: int) -> dict[str, float]:
+    """The right answers and the typical wrong matrices' accuracies, for one seed."""
+    queries, keys, shift = related_keys(seed, **REARRANGEMENT_SIZES)
+    D = shift.numel()
+    undo = torch.zeros(D, D)
+    undo[shift, torch.arange(D)] = 1.0  # W[j - 1, j] = 1: q_(j-1) meets k_j
+    return {"identity": picks_key_zero(torch.eye(D), queries, keys),
+            "rearrangement": picks_key_zero(undo, queries, keys),
+            "transposed": picks_key_zero(undo.T, queries, keys),
+            "shift_twice": picks_key_zero(undo @ undo, queries, keys)}
+
+
+def rearrangement_part(name: str):
+    def run(case):
+        got, seed = yield from seeded_answer(("identity", "rearrangement"), "your batch was drawn with")
+        acc = rearrangement_accuracies(seed)
+        own, other = acc[name], acc["rearrangement" if name == "identity" else "identity"]
+        wrong = [("That is the other matrix's accuracy: 'identity' is W = I, the dot product; "
+                  "'rearrangement' the W that undoes the shift.", other),
+                 ("That is a percentage; give the fraction of the queries (between 0 and 1).", 100 * own),
+                 ("That is the fraction of queries whose highest score is NOT key 0; give the fraction "
+                  "that picks key 0.", 1 - own),
+                 ("That is the number of queries; divide by n to get a fraction.", own * REARRANGEMENT_SIZES["n"])]
+        if name == "rearrangement":
+            wrong = [("Your W is the transpose of the one that undoes the shift: key coordinate j carries "
+                      "query coordinate j - 1, so q_(j-1) must meet k_j: W[j - 1, j] = 1 (row a, column "
+                      "a + 1, and the corner W[D - 1, 0]), as in the figure.", acc["transposed"]),
+                     ("Your W shifts twice: it pairs q_(j-2) with k_j. Put the ones at W[j - 1, j].",
+                      acc["shift_twice"])] + wrong
+        check_number(got.get(name), own, f"{name!r} (seed {seed})", wrong, rel_tol=0, abs_tol=1e-3)
+    run.__name__ = f"rearrangement_accuracy_{name}"
+    return run
+
+
+part(REARRANGEMENT, "identity")(rearrangement_part("identity"))
+part(REARRANGEMENT, "rearrangement")(rearrangement_part("rearrangement"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -11,7 +12,7 @@ from ..masks import causal_mask
 from ..positions import sinusoidal_positions
 from .compare import Wrong, check_number, compare, matmul_hint
 from .harness import call, exercise, part
-from .mistakes import sdpa_variants
+from .mistakes import sdpa_variants, seeded_answer
 
 # ------------------------------------------------------------------------------------------------
 # Exercise 6.1: qkv_projection
@@ -140,3 +141,83 @@ def position_dot_zero(case):
 def position_dot_widths(case):
     E = 2 * case.size(32, 4, 31)  # hidden: other widths and offsets
     yield from position_dot_case(case.size(7, 8, 100), E)
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 6.4: self_weight (experiment; checked against a run with the student's seed)
+# ------------------------------------------------------------------------------------------------
+
+SELF_WEIGHT = exercise(
+    "self_weight",
+    "answer: a dict {'seed': int, 'separate': float, 'shared': float}: with the exercise's inputs drawn "
+    "with `seed` (self_weight_inputs(seed): x (64, 16, 32), W_q and W_k (8, 32)), the mean over the "
+    "sequences and positions of the weight a token gives ITSELF (the diagonal of the (L, L) weights) in "
+    "scaled dot-product self-attention, with separate projections (q = x W_qᵀ, k = x W_kᵀ) and with one "
+    "shared projection (q = k = x W_qᵀ).")
+
+SELF_WEIGHT_SIZES = {"B": 64, "L": 16, "E": 32, "D": 8}
+
+
+def self_weight_inputs(seed: int, B: int = 64, L: int = 16, E: int = 32, D: int = 8):
+    """The exercise's inputs, drawn exactly as its provided cell draws them: x (B, L, E), W_q and
+    W_k (D, E), stored (out, in) as nn.Linear stores its weight."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, L, E, generator=generator)
+    W_q = torch.randn(D, E, generator=generator) * E**-0.5
+    W_k = torch.randn(D, E, generator=generator) * E**-0.5
+    return x, W_q, W_k
+
+
+def _diagonal_mean(weights) -> float:
+    return torch.diagonal(weights, dim1=-2, dim2=-1).mean().item()  # weights (B, L, L)
+
+
+@functools.lru_cache(maxsize=16)
+def self_weights(seed: int) -> dict[str, float]:
+    """The mean weight on the diagonal with separate and shared projections, and the typical wrong
+    measurements, for one seed."""
+    x, W_q, W_k = self_weight_inputs(seed, **SELF_WEIGHT_SIZES)
+    out = {}
+    for name, (q, k) in {"separate": (x @ W_q.T, x @ W_k.T), "shared": (x @ W_q.T, x @ W_q.T),
+                         "shared_k": (x @ W_k.T, x @ W_k.T)}.items():
+        D = q.shape[-1]
+        _, weights = attention(q, k, k)  # (B, L, L)
+        scores = q @ k.transpose(-2, -1)  # (B, L, L)
+        out[name] = _diagonal_mean(weights)
+        out[f"{name}/unscaled"] = _diagonal_mean(torch.softmax(scores, dim=-1))
+        out[f"{name}/by_D"] = _diagonal_mean(torch.softmax(scores / D, dim=-1))
+        out[f"{name}/over_queries"] = _diagonal_mean(torch.softmax(scores / math.sqrt(D), dim=-2))
+    return out
+
+
+def self_weight_part(name: str):
+    def run(case):
+        got, seed = yield from seeded_answer(("separate", "shared"), "your inputs were drawn with")
+        measured = self_weights(seed)
+        value = got.get(name)
+        if name == "shared" and isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                abs(value - measured["shared_k"]) <= 1e-4:
+            return  # W_k shared instead of W_q: the same experiment
+        own = measured[name]
+        L = SELF_WEIGHT_SIZES["L"]
+        wrong = [
+            (f"That is the mean of ALL the weights, which is 1/L = 1/{L} for any weights whose rows sum "
+             "to 1; take the diagonal only, the weight of token i on itself.", 1 / L),
+            ("You summed the diagonal of each sequence; take the mean over the sequences AND positions.",
+             own * L),
+            ("That is the other projection's number: 'separate' uses W_q for the queries and W_k for the "
+             "keys, 'shared' uses W_q for both.", measured["shared" if name == "separate" else "separate"]),
+            ("The scores are not scaled: divide q·k by √D (D = 8, the query/key width), as the chapter does.",
+             measured[f"{name}/unscaled"]),
+            ("You divided the scores by D; divide by √D (`math.sqrt(D)`) instead.", measured[f"{name}/by_D"]),
+            ("Your softmax ran over the queries (dim=-2); each query's weights are a softmax over the keys "
+             "(dim=-1).", measured[f"{name}/over_queries"]),
+            ("That is a percentage; give the weight, a fraction between 0 and 1.", 100 * own),
+        ]
+        check_number(value, own, f"{name!r} (seed {seed})", wrong, rel_tol=0, abs_tol=1e-4)
+    run.__name__ = f"self_weight_{name}"
+    return run
+
+
+part(SELF_WEIGHT, "separate")(self_weight_part("separate"))
+part(SELF_WEIGHT, "shared")(self_weight_part("shared"))

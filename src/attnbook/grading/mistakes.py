@@ -9,10 +9,12 @@ import torch
 from torch import Tensor
 
 from ..functional import masked_softmax
-from .compare import M_NAN_ROWS
+from .compare import M_NAN_ROWS, Wrong
+from .harness import answer
 
 __all__ = ["M_WRONG_DIM", "M_POLARITY", "M_AFTER", "M_IGNORED", "M_NAN_ROWS", "M_UNIFORM_ROWS", "M_WEAK_FILL",
-           "M_NO_SCALE", "M_SCALE_D", "M_FP16_FILL", "softmax_variants", "sdpa_variants", "rows_hint"]
+           "M_NO_SCALE", "M_SCALE_D", "M_FP16_FILL", "softmax_variants", "sdpa_variants", "rows_hint",
+           "seeded_answer"]
 
 M_WRONG_DIM = ("The softmax runs over dimension {dim} instead of over the keys: each row of weights "
                "(one query) must sum to 1 over the last dimension, so use `dim=-1`.")
@@ -27,9 +29,9 @@ M_UNIFORM_ROWS = ("Rows whose keys are all masked get uniform weights 1/S instea
 M_WEAK_FILL = ("Your fill value is not negative enough: here the real scores are below -1e4, so the "
                "masked keys (filled with -1e4 or similar) win the softmax. Fill with `-inf`, which no "
                "real score can be below, and give rows with nothing to attend to zero weights.")
-M_NO_SCALE = ("The scores are not scaled: divide q·k by √E (the square root of the query/key width), "
-              "as in softmax(q kᵀ / √E).")
-M_SCALE_D = "You divided the scores by E; divide by √E (`math.sqrt(E)`) instead."
+M_NO_SCALE = ("The scores are not scaled: divide q·k by √D (the square root of the query/key width), "
+              "as in softmax(q kᵀ / √D).")
+M_SCALE_D = "You divided the scores by D; divide by √D (`math.sqrt(D)`) instead."
 M_FP16_FILL = ("In float16 your fill value overflows to -inf, so fully-masked rows become NaN: find the "
                "rows with nothing to attend to and give them zero weights (a softmax over -inf alone is 0/0).")
 
@@ -58,18 +60,18 @@ def softmax_variants(scores: Tensor, mask: Tensor):
 
 def sdpa_variants(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None):
     """Wrong versions of scaled dot-product attention's output."""
-    E = q.shape[-1]
+    D = q.shape[-1]  # the query/key width
     raw = q @ k.transpose(-2, -1)  # (..., L, S)
-    scores = raw / math.sqrt(E)
+    scores = raw / math.sqrt(D)
     m = mask if mask is not None else torch.ones(scores.shape, dtype=torch.bool)
     m = m.expand(scores.shape)
     out = [
         (M_NO_SCALE, lambda: masked_softmax(raw, m) @ v),
-        (M_SCALE_D, lambda: masked_softmax(raw / E, m) @ v),
-        ("You multiplied the scores by √E; divide by it instead.", lambda: masked_softmax(raw * math.sqrt(E), m) @ v),
-        ("You scaled by the square root of the key length S; the scale is 1/√E, with E the "
+        (M_SCALE_D, lambda: masked_softmax(raw / D, m) @ v),
+        ("You multiplied the scores by √D; divide by it instead.", lambda: masked_softmax(raw * math.sqrt(D), m) @ v),
+        ("You scaled by the square root of the key length S; the scale is 1/√D, with D the "
          "query/key width (`q.shape[-1]`).", lambda: masked_softmax(raw / math.sqrt(k.shape[-2]), m) @ v),
-        ("You scaled by the square root of the VALUE width Ev; the scale is 1/√E, with E the "
+        ("You scaled by the square root of the VALUE width Dv; the scale is 1/√D, with D the "
          "query/key width (`q.shape[-1]`).", lambda: masked_softmax(raw / math.sqrt(v.shape[-1]), m) @ v),
         ("You returned the attention weights (..., L, S); return the output, weights @ v.",
          lambda: masked_softmax(scores, m)),
@@ -88,3 +90,17 @@ def rows_hint(weights: Tensor, mask: Tensor | None = None) -> str | None:
     if live.any() and not torch.allclose(sums[live], torch.ones_like(sums[live]), atol=1e-3):
         return "Check: each row of your weights (one query) should sum to 1 over the keys, and does not."
     return None
+
+
+def seeded_answer(keys: tuple[str, ...], seed_is: str):
+    """A part's first step for an experiment measured on inputs drawn from the student's seed: the
+    answer, a dict with an int 'seed' (``seed_is`` says what it seeded) and ``keys``; returns
+    ``(answer, seed)``. Usage: ``got, seed = yield from seeded_answer(...)``."""
+    got = yield answer()
+    if not isinstance(got, dict):
+        shape = ", ".join(f"{k!r}: ..." for k in ("seed",) + tuple(keys))
+        raise Wrong(f"Your answer is {type(got).__name__}; expected a dict {{{shape}}}.")
+    seed = got.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+        raise Wrong(f"Your answer's 'seed' is {seed!r:.40}; expected the int {seed_is}.")
+    return got, seed
