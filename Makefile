@@ -80,8 +80,10 @@ build: venv vendor
 	$(BIN)/jupyter-book build --all -W -n --keep-going .
 
 # Every page of the built site in headless Chromium (Debian's /usr/bin/chromium), served on 127.0.0.1.
+# Two workers, each with its own server and browser; all tests of one page run in the same worker
+# (tests/browser/conftest.py), so every page is loaded once.
 browser: venv
-	$(PY) -m pytest -q -p no:cacheprovider --confcutdir=tests/browser tests/browser
+	$(PY) -m pytest -q -p no:cacheprovider --confcutdir=tests/browser -n 2 --dist loadgroup tests/browser
 
 PORT ?= 8000
 serve: venv
@@ -94,11 +96,23 @@ serve: venv
 bench: venv
 	THP_MEM_ALLOC_ENABLE=1 $(PY) -m attnbook.bench --threads 2
 
+# The site build (one core, Sphinx) runs alongside nbval-runnable (one notebook at a time), which
+# leaves a core idle most of the time; the build's output goes to BUILD_LOG and is shown when both
+# are done. A failure of either fails `make test`, saying which; the browser tests need the build.
+BUILD_LOG := _build/build.log
 test: venv
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory nbval
-	$(MAKE) --no-print-directory nbval-runnable
-	$(MAKE) --no-print-directory build
+	@mkdir -p $(dir $(BUILD_LOG))
+	@echo "make test: the site build runs alongside nbval-runnable (its output: $(BUILD_LOG), shown below)"
+	@$(MAKE) --no-print-directory build >$(BUILD_LOG) 2>&1 & build=$$!; \
+	runnable=0; $(MAKE) --no-print-directory nbval-runnable || runnable=$$?; \
+	built=0; wait $$build || built=$$?; \
+	echo "--- make build (ran alongside nbval-runnable), from $(BUILD_LOG) ---"; cat $(BUILD_LOG); \
+	echo "--- end of make build ---"; \
+	[ $$runnable -eq 0 ] || echo "make test: nbval-runnable FAILED (exit $$runnable, its output is above the build's)"; \
+	[ $$built -eq 0 ] || echo "make test: build FAILED (exit $$built, its output is just above)"; \
+	[ $$runnable -eq 0 ] && [ $$built -eq 0 ]
 	$(MAKE) --no-print-directory browser
 	@echo "make test: all parts passed"
 
