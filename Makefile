@@ -80,10 +80,8 @@ build: venv vendor
 	$(BIN)/jupyter-book build --all -W -n --keep-going .
 
 # Every page of the built site in headless Chromium (Debian's /usr/bin/chromium), served on 127.0.0.1.
-# Two workers, each with its own server and browser; all tests of one page run in the same worker
-# (tests/browser/conftest.py), so every page is loaded once.
 browser: venv
-	$(PY) -m pytest -q -p no:cacheprovider --confcutdir=tests/browser -n 2 --dist loadgroup tests/browser
+	$(PY) -m pytest -q -p no:cacheprovider --confcutdir=tests/browser tests/browser
 
 PORT ?= 8000
 serve: venv

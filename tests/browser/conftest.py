@@ -30,20 +30,6 @@ from site_pages import (
 )
 
 
-# --- two workers, each page in one of them ---------------------------------------------------
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items):
-    """Under pytest-xdist (`make browser` runs two workers, --dist loadgroup) every test of one
-    page goes to the same worker, so that each page is still loaded once (see `visit`) and its
-    tests still run one after the other on it; tests of no particular page go to either."""
-    for item in items:
-        name = getattr(item, "callspec", None) and item.callspec.params.get("name")
-        if name:
-            item.add_marker(pytest.mark.xdist_group(name))
-
-
 # --- the server and the browser ----------------------------------------------------------------
 
 
