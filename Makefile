@@ -94,11 +94,23 @@ serve: venv
 bench: venv
 	THP_MEM_ALLOC_ENABLE=1 $(PY) -m attnbook.bench --threads 2
 
+# The site build (one core, Sphinx) runs alongside nbval-runnable (one notebook at a time), which
+# leaves a core idle most of the time; the build's output goes to BUILD_LOG and is shown when both
+# are done. A failure of either fails `make test`, saying which; the browser tests need the build.
+BUILD_LOG := _build/build.log
 test: venv
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory nbval
-	$(MAKE) --no-print-directory nbval-runnable
-	$(MAKE) --no-print-directory build
+	@mkdir -p $(dir $(BUILD_LOG))
+	@echo "make test: the site build runs alongside nbval-runnable (its output: $(BUILD_LOG), shown below)"
+	@$(MAKE) --no-print-directory build >$(BUILD_LOG) 2>&1 & build=$$!; \
+	runnable=0; $(MAKE) --no-print-directory nbval-runnable || runnable=$$?; \
+	built=0; wait $$build || built=$$?; \
+	echo "--- make build (ran alongside nbval-runnable), from $(BUILD_LOG) ---"; cat $(BUILD_LOG); \
+	echo "--- end of make build ---"; \
+	[ $$runnable -eq 0 ] || echo "make test: nbval-runnable FAILED (exit $$runnable, its output is above the build's)"; \
+	[ $$built -eq 0 ] || echo "make test: build FAILED (exit $$built, its output is just above)"; \
+	[ $$runnable -eq 0 ] && [ $$built -eq 0 ]
 	$(MAKE) --no-print-directory browser
 	@echo "make test: all parts passed"
 

@@ -20,6 +20,27 @@ settings.register_profile("book", max_examples=30, deadline=None, derandomize=Tr
 settings.load_profile("book")
 
 
+# The longest tests (measured with --durations), first: pytest-xdist hands out the first tests in
+# turn to its workers, so each long test starts at once on its own worker while the other worker
+# takes the many short ones, instead of one long test starting last and running alone at the end.
+# Only the order changes; which tests run does not. Only tests without a module-scoped fixture are
+# moved (a module's tests handed out in turn would set its fixture up on both workers).
+LONGEST_FIRST = (
+    "tests/test_nbgrader.py::test_classroom_workflow_with_nbgrader",
+    "tests/test_nbgrader.py::test_every_chapter_releases_its_exercise_notebook",
+    "tests/test_nbval_meaning.py::test_outputs_are_stored_and_checked_under_the_profile",
+)
+
+
+def _rank(item) -> int:
+    nodeid = item.nodeid
+    return next((i for i, prefix in enumerate(LONGEST_FIRST) if nodeid.startswith(prefix)), len(LONGEST_FIRST))
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=_rank)  # stable: within a rank, the collected order
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     """Every test starts from the same random state."""

@@ -46,10 +46,23 @@ def click_sweep(page, field) -> list[int]:
     box = field.bounding_box()
     y = box["y"] + box["height"] / 2
     width = int(box["width"])
-    chosen = []
-    for dx in [*range(0, width - 1, SWEEP_STEP_PX), width - 1]:
+    # The slider's value is read in the page as each next click begins (a listener that runs before
+    # any other), i.e. once the previous click and everything it set off are done, and after the
+    # last click: the values a reader sees between clicks, without a round trip per click.
+    field.evaluate("""(el) => {
+        const seen = [];
+        const record = () => seen.push(el.value);
+        window.addEventListener('pointerdown', record, {capture: true});
+        window.__attnbookSweep = () => {
+            window.removeEventListener('pointerdown', record, {capture: true});
+            return [...seen.slice(1), el.value];
+        };
+    }""")
+    xs = [*range(0, width - 1, SWEEP_STEP_PX), width - 1]
+    for dx in xs:
         page.mouse.click(box["x"] + dx + 0.5, y)
-        chosen.append(int(field.input_value()))
+    chosen = [int(value) for value in page.evaluate("() => window.__attnbookSweep()")]
+    assert len(chosen) == len(xs), f"{len(xs)} clicks, {len(chosen)} seen by the page"
     return chosen
 
 
