@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnbook.data import EOS, PAD, ReversalTask
-from attnbook.seq2seq import build_model
+from attnbook.seq2seq_models import build_model
 from attnbook.train import Evaluation, evaluate, predict, sequence_loss, train
 
 SMALL = ReversalTask(min_len=2, max_len=5)

@@ -18,7 +18,8 @@ from .functional import masked_softmax
 from .masks import causal_mask, combine_masks, padding_mask
 from .multihead import CausalSelfAttention, MultiHeadAttention
 from .scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
-from .seq2seq import Seq2Seq, attention_step, build_model
+from .seq2seq import Seq2Seq, attention_step
+from .seq2seq_models import build_model
 from .transformer import TinyTransformer
 
 __all__ = ["attention", "masked_softmax", "causal_mask", "combine_masks", "padding_mask",

@@ -21,49 +21,73 @@ __all__ = ["Attention", "attention"]
 
 
 class Attention(nn.Module):
-    """Score every key against every query, normalise over the keys, and average the values.
+    """Score every key against every query, normalise over the keys,
+    and average the values.
 
     Args:
-        score: a module mapping (queries (B, L, Dq), keys (B, S, Dk)) to scores (B, L, S), such as
-            :class:`attnbook.scores.ScaledDotScore` or :class:`attnbook.scores.AdditiveScore`.
+        score: a module mapping (queries (B, L, Dq), keys (B, S, Dk))
+            to scores (B, L, S), such as
+            :class:`attnbook.scores.ScaledDotScore` or
+            :class:`attnbook.scores.AdditiveScore`.
 
-    ``forward(queries, keys, values, mask=None, *, key_mask=None)`` returns ``(context, weights)``
-    with ``weights = masked_softmax(score(queries, keys), masks)`` and ``context = weights @ values``.
+    ``forward(queries, keys, values, mask=None, *, key_mask=None)``
+    returns ``(context, weights)`` with
+    ``weights = masked_softmax(score(queries, keys), masks)`` and
+    ``context = weights @ values``.
 
-    * ``mask``: bool (True = may attend) or floating (added to the scores), broadcastable to the
-      scores (B, L, S): a 2-D mask is (L, S), one per query and key, shared by the batch.
-    * ``key_mask``: bool (B, S), True on the real keys of each sequence and False on padding (what
+    * ``mask``: bool (True = may attend) or floating (added to the
+      scores), broadcastable to the scores (B, L, S): a 2-D mask is
+      (L, S), one per query and key, shared by the batch.
+    * ``key_mask``: bool (B, S), True on the real keys of each
+      sequence and False on padding (what
       :func:`attnbook.masks.padding_mask` returns).
 
-    A query with no key to attend to gets zero weights and a zero context (never NaN).
+    A query with no key to attend to gets zero weights and a zero
+    context (never NaN).
 
     Shapes:
-        queries (B, L, Dq), keys (B, S, Dk), values (B, S, Dv), mask (L, S) | (B, L, S),
-        key_mask (B, S) -> context (B, L, Dv), weights (B, L, S)
+        queries (B, L, Dq), keys (B, S, Dk), values (B, S, Dv),
+        mask (L, S) | (B, L, S), key_mask (B, S)
+        -> context (B, L, Dv), weights (B, L, S)
     """
 
     def __init__(self, score: nn.Module) -> None:
         super().__init__()
         if not isinstance(score, nn.Module):
-            raise TypeError(f"Attention: `score` must be an nn.Module; got {type(score).__name__}")
+            raise TypeError(
+                "Attention: `score` must be an nn.Module; got "
+                f"{type(score).__name__}"
+            )
         self.score = score
 
     def forward(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None, *,
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None = None,
+        *,
         key_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Attend from every query to the keys: scores, masked softmax, weighted sum.
+        """Attend from every query to the keys: scores, masked
+        softmax, weighted sum.
 
         Shapes:
-            queries (B, L, Dq), keys (B, S, Dk), values (B, S, Dv), mask (L, S) | (B, L, S),
-            key_mask (B, S) -> context (B, L, Dv), weights (B, L, S)
+            queries (B, L, Dq), keys (B, S, Dk), values (B, S, Dv),
+            mask (L, S) | (B, L, S), key_mask (B, S)
+            -> context (B, L, Dv), weights (B, L, S)
         """
-        B, L, S = _check_inputs(queries, keys, values, mask, key_mask)
+        B, L, S = _check_inputs(
+            queries, keys, values, mask, key_mask
+        )
         scores = self.score(queries, keys)  # (B, L, S)
         if check.shape(scores) != (B, L, S):
-            raise ValueError(f"Attention: `score` must return scores of shape (B, L, S) = {(B, L, S)}; "
-                             f"got {check.shape(scores)}")
-        weights = masked_softmax(scores, build_mask(L, S, mask=mask, key_mask=key_mask))  # (B, L, S)
+            raise ValueError(
+                "Attention: `score` must return scores of shape "
+                f"(B, L, S) = {(B, L, S)}; got {check.shape(scores)}"
+            )
+        masks = build_mask(L, S, mask=mask, key_mask=key_mask)
+        weights = masked_softmax(scores, masks)  # (B, L, S)
         context = weights @ values  # (B, L, Dv)
         return context, weights
 

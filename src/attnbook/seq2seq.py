@@ -120,12 +120,16 @@ def _check_source(where: str, src: Tensor, src_lengths: Tensor, vocab_size: int)
         )
 
 
-def token_gru(vocab_size: int, embed_dim: int, hidden_dim: int) -> tuple[nn.Embedding, nn.GRU]:
-    """The token embedding (PAD embeds to zeros) and the GRU that reads the embedded tokens, as
-    :class:`Encoder` and :class:`BottleneckDecoder` both use them.
+def token_gru(
+    vocab_size: int, embed_dim: int, hidden_dim: int
+) -> tuple[nn.Embedding, nn.GRU]:
+    """The token embedding (PAD embeds to zeros) and the GRU that
+    reads the embedded tokens, as :class:`Encoder` and
+    :class:`BottleneckDecoder` both use them.
 
     Shapes:
-        embedding: tokens (B, S) -> (B, S, E); GRU: (B, S, E) -> states (B, S, hidden_dim)
+        embedding: tokens (B, S) -> (B, S, E)
+        GRU: (B, S, E) -> states (B, S, hidden_dim)
     """
     embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
     return embedding, nn.GRU(embed_dim, hidden_dim, batch_first=True)
