@@ -6,7 +6,7 @@
 (:func:`make_score`) or any score module.
 
 Shapes:
-    the models map src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V)
+    the models map src (B, S), src_lengths (B,), tgt_in (B, L) -> logits (B, L, vocab_size)
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def build_model(score: str | nn.Module | None = None, hidden_dim: int = 64,
     The embedding width defaults to ``hidden_dim``. Seed ``torch`` first for reproducible weights.
 
     Shapes:
-        the model maps src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V)
+        the model maps src (B, S), src_lengths (B,), tgt_in (B, L) -> logits (B, L, vocab_size)
     """
     for name, value in (("hidden_dim", hidden_dim), ("vocab_size", vocab_size)):
         check.positive_int("build_model", name, value)
