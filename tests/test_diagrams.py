@@ -29,7 +29,7 @@ from attnbook.multihead import CausalSelfAttention, MultiHeadAttention  # noqa: 
 from attnbook.plots import (  # noqa: E402
     COLUMN_INCHES, FIGURE_DPI, PAGE_FIGURE_WIDTH_PX, PNG_PAD_INCHES, figure_report, png_bytes, png_size,
 )
-from attnbook.seq2seq import build_model  # noqa: E402
+from attnbook.seq2seq_models import build_model  # noqa: E402
 from attnbook.transformer import TinyTransformer, TransformerBlock  # noqa: E402
 
 F64 = torch.float64
