@@ -875,3 +875,25 @@ def test_feedback_is_displayed_not_returned_as_a_cell_result():
 
     shell = InteractiveShell.instance()
     assert shell.display_formatter.format(Feedback("x", 1, 1)) == ({}, {})
+
+
+@pytest.mark.parametrize("stem", ["05b_four_scores", "07_masking"])
+def test_blocks_leave_the_chapter_solutions_runnable(stem):
+    """What an exercise blocks is blocked for the whole notebook when it is graded: a chapter's
+    solutions (chapter 5b's load the shipped dot models) still run with all its blocks in force."""
+    import subprocess
+    import sys
+
+    import nbformat
+
+    chapter = pathlib.Path(__file__).resolve().parents[1] / "chapters" / f"{stem}.ipynb"
+    cells = nbformat.read(str(chapter), as_version=4).cells
+    solutions = [c.source for c in cells if c.metadata.get("nbgrader", {}).get("solution")]
+    blocks = sorted({b for e in grading.exercise_ids() if grading.EXERCISES[e].chapter == f"ch{stem}"
+                     for b in grading.EXERCISES[e].blocks})
+    assert blocks and len(solutions) >= 4
+    program = (f"from attnbook.grading.runner import block\nassert not block({blocks!r})\n"
+               "namespace = {}\n"
+               f"for source in {solutions!r}:\n    exec(source, namespace)\nprint('ran')")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1:] == ["ran"], done.stderr[-2000:]
