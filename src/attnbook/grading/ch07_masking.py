@@ -298,7 +298,7 @@ def after_softmax_measures(seed: int) -> dict[str, float]:
 
 def after_softmax_part(name: str):
     def run(case):
-        got, seed = yield from seeded_answer(("lost", "renormalised"), "after_softmax_scores")
+        got, seed = yield from seeded_answer(("lost", "renormalised"), "`torch.Generator().manual_seed`")
         measured = after_softmax_measures(seed)
         own = measured[name]
         if name == "lost":
