@@ -237,6 +237,19 @@ def _padding_fraction_answer(seed=3):
     return {"seed": seed, "fraction": (tgt_out == PAD).sum().item() / tgt_out.numel()}
 
 
+def _after_softmax_answer(seed=5, lost=None, renormalise=True):
+    """Exercise 7.4 measured here without attnbook: the weight a softmax over all keys puts on the
+    future keys (lost when they are zeroed), and how far renormalised rows are from masking first."""
+    scores = torch.randn(64, 16, 16, generator=torch.Generator().manual_seed(seed))  # (B, L, S)
+    allowed = torch.ones(16, 16, dtype=torch.bool).tril() if lost is None else lost  # (L, S)
+    full = torch.softmax(scores, dim=-1)
+    kept = full * allowed
+    right = torch.softmax(scores.masked_fill(~allowed, NEG_INF), dim=-1)
+    rows = kept / kept.sum(-1, keepdim=True) if renormalise else kept
+    return {"seed": seed, "lost": (full * ~allowed).sum(-1).mean().item(),
+            "renormalised": (rows - right).abs().max().item()}
+
+
 def _weakest_month_answer():
     from attnbook.grading.ch08c_cross_attention import month_weight_by_format
 
@@ -321,6 +334,7 @@ GOOD = {
     "causal_mask": good_causal,
     "pick_causal_mask": {"square": "AC", "cache": {"C"}},
     "masked_attention": good_masked_attention,
+    "mask_after_softmax": None,  # measured: _Lazy computes it
     "split_heads": good_split,
     "merge_heads": good_merge,
     "multi_head_forward": good_mha,
@@ -346,6 +360,7 @@ GOOD = {
                                                   "additive": Dh * Dq + Dh * Dk + Dh + Dh},
     "score_widths": {"bilinear", "additive"},
     "longest_exact": {"dot": 0.47, "scaled_dot": 0.35},  # data/results.json, seed 2, length 24
+    "low_rank_score": lambda q, U_q, U_k, k: q @ U_q @ U_k.T @ k.transpose(-2, -1),
     "qkv_projection": good_qkv,
     "self_attention": good_self_attention,
     "position_dot": lambda offset, E: sum(math.cos(offset * 10000 ** (-2 * k / E)) for k in range(E // 2)),
@@ -364,7 +379,8 @@ GOOD = {
 # Measured answers (experiments) are computed when a test asks for them.
 GOOD = _Lazy(GOOD, block_spread=_spread_answer, weakest_month_format=_weakest_month_answer,
              padding_fraction=_padding_fraction_answer, helga_length=_helga_answer,
-             rearrangement_accuracy=_rearrangement_answer, self_weight=_self_weight_answer)
+             rearrangement_accuracy=_rearrangement_answer, self_weight=_self_weight_answer,
+             mask_after_softmax=_after_softmax_answer)
 
 
 def test_every_exercise_has_a_right_answer_here():
@@ -513,6 +529,15 @@ MISTAKES = [
      "values", "ignores the additive mask"),
     ("pick_causal_mask", {"square": "C", "cache": "C"}, "square", "same mask"),
     ("pick_causal_mask", {"square": "ACD", "cache": "C"}, "square", "future"),
+    ("mask_after_softmax", {**_after_softmax_answer(), "lost": 1 - _after_softmax_answer()["lost"]}, "lost",
+     "weight KEPT"),
+    ("mask_after_softmax", {**_after_softmax_answer(), "lost": 16 * 64 * _after_softmax_answer()["lost"]},
+     "lost", "sum over the queries"),
+    ("mask_after_softmax", _after_softmax_answer(lost=torch.ones(16, 16, dtype=torch.bool).tril(-1)), "lost",
+     "leaves out the diagonal"),
+    ("mask_after_softmax", _after_softmax_answer(renormalise=False), "renormalised", "WITHOUT renormalising"),
+    ("mask_after_softmax", {**_after_softmax_answer(), "seed": "5"}, "lost", "expected the int"),
+    ("mask_after_softmax", {**_after_softmax_answer(), "seed": 6}, "lost", "not right"),
     ("split_heads", lambda x, h: x.view(x.shape[0], h, x.shape[1], -1), "values", "without a transpose"),
     ("split_heads", lambda x, h: x.view(x.shape[0], x.shape[1], h, -1), "values", "did not move the heads"),
     ("split_heads", lambda x, h: x.reshape(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2), "values",
@@ -598,6 +623,12 @@ MISTAKES = [
     ("score_parameter_count", lambda Dq, Dk, Dh: {"dot": 0, "scaled_dot": 0, "bilinear": Dq + Dk,
                                                    "additive": 0}, "bilinear", "Dq·Dk"),
     ("score_widths", {"dot", "bilinear", "additive"}, "cannot", "same width"),
+    ("low_rank_score", lambda q, U, V, k: q @ V @ U.T @ k.transpose(-2, -1), "square", "swapped U_q and U_k"),
+    ("low_rank_score", lambda q, U, V, k: q @ V @ U.T @ k.transpose(-2, -1), "values", "do not fit"),
+    ("low_rank_score", lambda q, U, V, k: (q @ U) @ (k @ V).transpose(-2, -1) / math.sqrt(U.shape[1]),
+     "values", "1/√R"),
+    ("low_rank_score", lambda q, U, V, k: (k @ V) @ (q @ U).transpose(-2, -1), "full_rank", "key-by-query"),
+    ("low_rank_score", lambda q, U, V, k: q @ U @ V.T @ k.T, "values", "reverses ALL its dims"),
     ("score_widths", {"additive"}, "can", "(Dq, Dk)"),
     ("qkv_projection", lambda x, a, b, c: (x @ a, x @ b, x @ c), "square", "x @ W_q.T"),
     ("qkv_projection", lambda x, a, b, c: (x @ a, x @ b, x @ c), "shapes", "(out, in)"),
@@ -955,3 +986,25 @@ def test_feedback_writes_the_scale_as_the_notation_page_does():
     texts += check("scaled_dot_product_attention", sdpa_with(scale="d")).messages
     assert not [t for t in texts if "√E" in t or "sqrt(E)" in t], texts
     assert any("√D" in t for t in texts)
+
+
+@pytest.mark.parametrize("stem", ["05b_four_scores", "07_masking"])
+def test_blocks_leave_the_chapter_solutions_runnable(stem):
+    """What an exercise blocks is blocked for the whole notebook when it is graded: a chapter's
+    solutions (chapter 5b's load the shipped dot models) still run with all its blocks in force."""
+    import subprocess
+    import sys
+
+    import nbformat
+
+    chapter = pathlib.Path(__file__).resolve().parents[1] / "chapters" / f"{stem}.ipynb"
+    cells = nbformat.read(str(chapter), as_version=4).cells
+    solutions = [c.source for c in cells if c.metadata.get("nbgrader", {}).get("solution")]
+    blocks = sorted({b for e in grading.exercise_ids() if grading.EXERCISES[e].chapter == f"ch{stem}"
+                     for b in grading.EXERCISES[e].blocks})
+    assert blocks and len(solutions) >= 4
+    program = (f"from attnbook.grading.runner import block\nassert not block({blocks!r})\n"
+               "namespace = {}\n"
+               f"for source in {solutions!r}:\n    exec(source, namespace)\nprint('ran')")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1:] == ["ran"], done.stderr[-2000:]

@@ -10,8 +10,7 @@ from torch import Tensor
 
 from ..scores import BilinearScore, ScaledDotScore
 from .compare import Wrong, check_number, compare, matmul_hint, same
-from .harness import call, exercise, part
-from .mistakes import seeded_answer
+from .harness import call, exercise, part, seeded_answer
 
 # ------------------------------------------------------------------------------------------------
 # Exercise 4.1: bilinear_score
@@ -212,7 +211,7 @@ def rearrangement_accuracies(seed: int) -> dict[str, float]:
 
 def rearrangement_part(name: str):
     def run(case):
-        got, seed = yield from seeded_answer(("identity", "rearrangement"), "your batch was drawn with")
+        got, seed = yield from seeded_answer(("identity", "rearrangement"), "the cell that draws your batch")
         acc = rearrangement_accuracies(seed)
         own, other = acc[name], acc["rearrangement" if name == "identity" else "identity"]
         wrong = [("That is the other matrix's accuracy: 'identity' is W = I, the dot product; "

@@ -1,18 +1,23 @@
 """Chapter 5b, four scores side by side: what each score costs in parameters, which accept
-queries and keys of different widths, and what the shipped models score on the longest sources."""
+queries and keys of different widths, what the shipped models score on the longest sources, and
+the bilinear score with a low-rank weight."""
 
 from __future__ import annotations
 
+import math
+
+import torch
 from torch import nn
 
 from ..experiments import load_results
 from ..scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
-from .compare import Wrong, check_number
+from .compare import Wrong, check_number, compare, matmul_hint
 from .harness import answer, call, exercise, part
 from .sealed import Sealed
 
-SCORE_CLASSES = ["attnbook.scores.DotScore", "attnbook.scores.ScaledDotScore",
-                 "attnbook.scores.BilinearScore", "attnbook.scores.AdditiveScore"]
+# The learned scores, whose parameters the student counts. The dot scores have none and stay
+# available: exercise 5b.3 loads the shipped dot and scaled dot models, which need them.
+SCORE_CLASSES = ["attnbook.scores.BilinearScore", "attnbook.scores.AdditiveScore"]
 
 # ------------------------------------------------------------------------------------------------
 # Exercise 5b.1: score_parameter_count (derivation)
@@ -173,3 +178,61 @@ def longest_part(score: str):
 
 part(LONGEST, "dot")(longest_part("dot"))
 part(LONGEST, "scaled_dot")(longest_part("scaled_dot"))
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 5b.4: low_rank_score (an implementation the chapter does not show)
+# ------------------------------------------------------------------------------------------------
+
+LOW_RANK = exercise(
+    "low_rank_score",
+    "fn(queries (B, L, Dq), U_q (Dq, R), U_k (Dk, R), keys (B, S, Dk)) -> scores (B, L, S): the "
+    "bilinear score with the low-rank weight W = U_q U_kᵀ, scores[b, i, j] = queries[b, i] @ U_q @ U_k.T "
+    "@ keys[b, j], computed as (queries U_q)(keys U_k)ᵀ.",
+    blocks=["attnbook.scores.BilinearScore"])
+
+
+def _low_rank_hint(err):
+    if any(s in err.message for s in ("cannot be multiplied", "size mismatch", "must match the size")):
+        return ("A matrix product got shapes that do not fit: U_q is (Dq, R) and acts on the queries, U_k "
+                "is (Dk, R) and acts on the keys; then compare every query with every key over the R "
+                "columns, `(queries @ U_q) @ (keys @ U_k).transpose(-2, -1)`.")
+    return matmul_hint(err)
+
+
+def low_rank_case(queries, U_q, U_k, keys):
+    score = BilinearScore(U_q.shape[0], U_k.shape[0])
+    with torch.no_grad():
+        score.weight.copy_(U_q @ U_k.T)  # W (Dq, Dk)
+        ref = score(queries, keys)  # (B, L, S)
+    out = yield call(queries, U_q, U_k, keys, hints=_low_rank_hint)
+    R = U_q.shape[-1]
+    compare(out, ref, "scores", [
+        ("You swapped U_q and U_k: U_q (Dq, R) projects the queries and U_k (Dk, R) the keys, "
+         "(queries U_q)(keys U_k)ᵀ.", lambda: (queries @ U_k) @ (keys @ U_q).transpose(-2, -1)),
+        ("You scaled the scores by 1/√R: the bilinear score q U_q U_kᵀ kᵀ has no scale.", lambda: ref / math.sqrt(R)),
+        ("You scaled the scores by 1/√D: the bilinear score q U_q U_kᵀ kᵀ has no scale.",
+         lambda: ref / math.sqrt(keys.shape[-1])),
+        ("You returned the scores key-by-query (B, S, L): the rows must be the queries.",
+         lambda: ref.transpose(-2, -1)),
+        ("You applied a softmax: this function returns the raw scores.", lambda: torch.softmax(ref, -1)),
+        ("You dropped the weight: that is the dot score q kᵀ.", lambda: queries @ keys.transpose(-2, -1)),
+    ])
+
+
+@part(LOW_RANK, "values")
+def low_rank_values(case):
+    Dq, Dk, R = case.size(6, 3, 9), case.size(4, 3, 9), case.size(2, 1, 3)
+    yield from low_rank_case(case.randn(2, 3, Dq), case.randn(Dq, R), case.randn(Dk, R), case.randn(2, 5, Dk))
+
+
+@part(LOW_RANK, "square")
+def low_rank_square(case):
+    D, R = case.size(5, 3, 8), case.size(3, 2, 3)
+    yield from low_rank_case(case.randn(2, 4, D), case.randn(D, R), case.randn(D, R), case.randn(2, 6, D))
+
+
+@part(LOW_RANK, "full_rank")
+def low_rank_full_rank(case):
+    D = case.size(4, 2, 6)  # R = D: U_q U_kᵀ can be any (D, D) weight
+    yield from low_rank_case(case.randn(3, 2, D), case.randn(D, D), case.randn(D, D), case.randn(3, 7, D))

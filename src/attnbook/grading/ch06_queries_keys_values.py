@@ -11,8 +11,8 @@ from ..functional import attention
 from ..masks import causal_mask
 from ..positions import sinusoidal_positions
 from .compare import Wrong, check_number, compare, matmul_hint
-from .harness import call, exercise, part
-from .mistakes import sdpa_variants, seeded_answer
+from .harness import call, exercise, part, seeded_answer
+from .mistakes import sdpa_variants
 
 # ------------------------------------------------------------------------------------------------
 # Exercise 6.1: qkv_projection
@@ -192,7 +192,7 @@ def self_weights(seed: int) -> dict[str, float]:
 
 def self_weight_part(name: str):
     def run(case):
-        got, seed = yield from seeded_answer(("separate", "shared"), "your inputs were drawn with")
+        got, seed = yield from seeded_answer(("separate", "shared"), "the cell that draws your inputs")
         measured = self_weights(seed)
         value = got.get(name)
         if name == "shared" and isinstance(value, (int, float)) and not isinstance(value, bool) and \

@@ -1,8 +1,10 @@
-"""Chapter 7, masking: a causal mask for any L and S, which candidate masks are causal, and
-attention under a bool and an additive mask combined by one rule."""
+"""Chapter 7, masking: a causal mask for any L and S, which candidate masks are causal,
+attention under a bool and an additive mask combined by one rule, and the weight a mask applied
+after the softmax loses."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -10,8 +12,8 @@ from torch import Tensor
 
 from ..functional import attention, masked_softmax
 from ..masks import causal_mask, combine_masks
-from .compare import Wrong, compare, match, same
-from .harness import answer, call, exercise, part
+from .compare import Wrong, check_number, compare, match, same
+from .harness import answer, call, exercise, part, seeded_answer
 from .mistakes import M_NO_SCALE, M_POLARITY
 from .sealed import Sealed
 
@@ -244,3 +246,90 @@ def masked_attention_empty_row(case):
     L, S = case.size(4, 3, 6), case.size(5, 3, 7)
     q, k, v = case.randn(2, L, 4), case.randn(2, S, 4), case.randn(2, S, 3)
     yield from masked_attention_case(q, k, v, case.mask(L, S, fully_masked_rows=1), case.randn(2, L, S))
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 7.4: mask_after_softmax (experiment; checked against a run with the student's seed)
+# ------------------------------------------------------------------------------------------------
+
+AFTER_SOFTMAX = exercise(
+    "mask_after_softmax",
+    "answer: a dict {'seed': int, 'lost': float, 'renormalised': float}: on the exercise's scores drawn "
+    "with `seed` (after_softmax_scores(seed): (B, L, S) = (64, 16, 16), the causal mask "
+    "causal_mask(16)), 'lost' is the mean over the B·L queries of the weight a softmax over ALL keys "
+    "gives to the future keys (what exhibit 1 zeroes and loses); 'renormalised' the largest absolute "
+    "difference between exhibit 1's weights with each row divided by its sum and masked_softmax(scores, "
+    "mask).")
+
+AFTER_SOFTMAX_SIZES = {"B": 64, "L": 16}
+
+
+def after_softmax_scores(seed: int, B: int = 64, L: int = 16) -> Tensor:
+    """The exercise's scores (B, L, L), drawn exactly as its provided cell draws them."""
+    return torch.randn(B, L, L, generator=torch.Generator().manual_seed(seed))
+
+
+def _lost(weights: Tensor, allowed: Tensor) -> Tensor:
+    """The weight each row puts on the keys ``allowed`` does not allow; (B, L, S) -> (B, L)."""
+    return weights.masked_fill(allowed, 0.0).sum(-1)
+
+
+@functools.lru_cache(maxsize=16)
+def after_softmax_measures(seed: int) -> dict[str, float]:
+    """The right answers and the typical wrong measurements, for one seed."""
+    scores = after_softmax_scores(seed, **AFTER_SOFTMAX_SIZES)  # (B, L, S)
+    L = scores.shape[-1]
+    allowed = causal_mask(L)  # (L, S)
+    full = torch.softmax(scores, dim=-1)  # (B, L, S), over every key
+    kept = full * allowed  # exhibit 1
+    right = masked_softmax(scores, allowed)
+    lost = _lost(full, allowed)  # (B, L)
+    return {
+        "lost": lost.mean().item(),
+        "lost/over_queries": _lost(torch.softmax(scores, dim=-2), allowed).mean().item(),
+        "lost/no_diagonal": _lost(full, allowed.tril(-1)).mean().item(),
+        "lost/sum": lost.sum().item(),
+        "lost/without_last": lost[:, :-1].mean().item(),
+        "lost/max": lost.max().item(),
+        "renormalised": (kept / kept.sum(-1, keepdim=True) - right).abs().max().item(),
+        "renormalised/not": (kept - right).abs().max().item(),
+    }
+
+
+def after_softmax_part(name: str):
+    def run(case):
+        got, seed = yield from seeded_answer(("lost", "renormalised"), "`torch.Generator().manual_seed`")
+        measured = after_softmax_measures(seed)
+        own = measured[name]
+        if name == "lost":
+            wrong = [
+                ("That is the weight KEPT on the allowed keys (each row's sum after zeroing the future, or "
+                 "the weight on the keys the mask allows): the question asks for the weight lost on the "
+                 "future keys, the ones the mask blocks (`~mask`).", 1 - own),
+                ("Your softmax ran over the queries (dim=-2); each query's weights are a softmax over the "
+                 "keys (dim=-1).", measured["lost/over_queries"]),
+                ("Your mask leaves out the diagonal (`tril(-1)`): a token's weight on itself is not lost, only "
+                 "the future's. Use `causal_mask(L)`.", measured["lost/no_diagonal"]),
+                ("That is the sum over the queries; take the mean over the B·L queries.", measured["lost/sum"]),
+                ("You left out the last query (which loses nothing): the mean is over all L queries of "
+                 "each sequence.", measured["lost/without_last"]),
+                ("That is the largest loss of one row; the question asks for the mean over the queries.",
+                 measured["lost/max"]),
+                ("That is a percentage; give the weight, a fraction between 0 and 1.", 100 * own),
+            ]
+            check_number(got.get(name), own, f"'lost' (seed {seed})", wrong, rel_tol=0, abs_tol=1e-4)
+            return
+        value = got.get(name)
+        wrong = [
+            ("That is the difference WITHOUT renormalising (exhibit 1 as it is; dividing by the sum over "
+             "ALL keys, which is 1, changes nothing): divide each row of the zeroed weights by its own "
+             "sum, `kept / kept.sum(-1, keepdim=True)`.", measured["renormalised/not"]),
+        ]
+        # renormalising is exactly masked_softmax up to float32 rounding: any value at that level is right
+        check_number(value, own, f"'renormalised' (seed {seed})", wrong, rel_tol=0, abs_tol=1e-5)
+    run.__name__ = f"mask_after_softmax_{name}"
+    return run
+
+
+part(AFTER_SOFTMAX, "lost")(after_softmax_part("lost"))
+part(AFTER_SOFTMAX, "renormalised")(after_softmax_part("renormalised"))

@@ -10,11 +10,9 @@ from torch import Tensor
 
 from ..functional import masked_softmax
 from .compare import M_NAN_ROWS, Wrong
-from .harness import answer
 
 __all__ = ["M_WRONG_DIM", "M_POLARITY", "M_AFTER", "M_IGNORED", "M_NAN_ROWS", "M_UNIFORM_ROWS", "M_WEAK_FILL",
-           "M_NO_SCALE", "M_SCALE_D", "M_FP16_FILL", "softmax_variants", "sdpa_variants", "rows_hint",
-           "seeded_answer"]
+           "M_NO_SCALE", "M_SCALE_D", "M_FP16_FILL", "softmax_variants", "sdpa_variants", "rows_hint"]
 
 M_WRONG_DIM = ("The softmax runs over dimension {dim} instead of over the keys: each row of weights "
                "(one query) must sum to 1 over the last dimension, so use `dim=-1`.")
@@ -90,17 +88,3 @@ def rows_hint(weights: Tensor, mask: Tensor | None = None) -> str | None:
     if live.any() and not torch.allclose(sums[live], torch.ones_like(sums[live]), atol=1e-3):
         return "Check: each row of your weights (one query) should sum to 1 over the keys, and does not."
     return None
-
-
-def seeded_answer(keys: tuple[str, ...], seed_is: str):
-    """A part's first step for an experiment measured on inputs drawn from the student's seed: the
-    answer, a dict with an int 'seed' (``seed_is`` says what it seeded) and ``keys``; returns
-    ``(answer, seed)``. Usage: ``got, seed = yield from seeded_answer(...)``."""
-    got = yield answer()
-    if not isinstance(got, dict):
-        shape = ", ".join(f"{k!r}: ..." for k in ("seed",) + tuple(keys))
-        raise Wrong(f"Your answer is {type(got).__name__}; expected a dict {{{shape}}}.")
-    seed = got.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
-        raise Wrong(f"Your answer's 'seed' is {seed!r:.40}; expected the int {seed_is}.")
-    return got, seed
