@@ -87,24 +87,32 @@ class Feedback:
 @dataclass
 class Exercise:
     """An exercise: its contract, its parts in the order ``check`` runs them, and the names
-    (``module.attribute``) that the student's code may not use while it is graded."""
+    (``module.attribute``) that the student's code may not use while it is graded: ``blocks``
+    from the notebook's first cell on, ``check_blocks`` while the tests call the student's
+    functions (for a name another exercise's experiment needs while its cells run)."""
 
     id: str
     contract: str
     parts: dict[str, Callable[["Case"], Iterator]] = field(default_factory=dict)
     blocks: tuple[str, ...] = ()
     chapter: str = ""
+    check_blocks: tuple[str, ...] = ()
 
 
 EXERCISES: dict[str, Exercise] = {}
 
 
-def exercise(exercise_id: str, contract: str, *, blocks: tuple[str, ...] | list[str] = ()) -> Exercise:
-    """Register an exercise (in the calling chapter module); add its parts with :func:`part`."""
+def exercise(exercise_id: str, contract: str, *, blocks: tuple[str, ...] | list[str] = (),
+             check_blocks: tuple[str, ...] | list[str] = ()) -> Exercise:
+    """Register an exercise (in the calling chapter module); add its parts with :func:`part`.
+    ``blocks`` are unusable in the whole notebook while it is graded; ``check_blocks`` only
+    while the tests run (the cells before them may use them, e.g. in another exercise's
+    experiment), so a function the student writes still cannot call them."""
     if exercise_id in EXERCISES:
         raise ValueError(f"exercise: {exercise_id!r} is registered twice")
     chapter = sys._getframe(1).f_globals.get("__name__", "").rsplit(".", 1)[-1]
-    ex = Exercise(exercise_id, contract, blocks=tuple(blocks), chapter=chapter)
+    ex = Exercise(exercise_id, contract, blocks=tuple(blocks), chapter=chapter,
+                  check_blocks=tuple(check_blocks))
     EXERCISES[exercise_id] = ex
     return ex
 

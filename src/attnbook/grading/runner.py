@@ -158,6 +158,7 @@ def worker(job: dict, skip: set[int], first: int, fd: int) -> None:
             except BaseException as exc:
                 error = wire.exception_info(exc)
             send(fd, b"e", i, json.dumps({"error": error}).encode())
+        block(job.get("check_blocks", []))
         for k in range(first, len(job["checks"])):
             check = job["checks"][k]
             send(fd, b"k", k)

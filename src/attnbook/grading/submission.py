@@ -225,10 +225,12 @@ class Submission:
             self._pending = [PendingPart(c.exercise_id, c.part, c.seed) for _, c in self.checks]
         return self._pending
 
-    def blocks(self) -> list[str]:
+    def blocks(self, kind: str = "blocks") -> list[str]:
+        """The names blocked for the whole notebook (``kind="blocks"``) or while the tests run
+        (``"check_blocks"``)."""
         names = []
         for _, c in self.checks:
-            names += [b for b in get_exercise(c.exercise_id).blocks if b not in names]
+            names += [b for b in getattr(get_exercise(c.exercise_id), kind) if b not in names]
         return names
 
     def job(self) -> dict:
@@ -240,7 +242,8 @@ class Submission:
         return {"cells": [source for _, source in self.cells],
                 "checks": [{"fn": c.fn, "specs": p.specs, "group": groups[grade_id]}
                            for (grade_id, c), p in zip(self.checks, self.pending)],
-                "blocks": self.blocks(), "cell_limit": self.cell_limit, "total_limit": self.total_limit,
+                "blocks": self.blocks(), "check_blocks": self.blocks("check_blocks"),
+                "cell_limit": self.cell_limit, "total_limit": self.total_limit,
                 "preload": preload}
 
     def key(self) -> str:
