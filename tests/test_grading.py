@@ -250,6 +250,20 @@ def _after_softmax_answer(seed=5, lost=None, renormalise=True):
             "renormalised": (rows - right).abs().max().item()}
 
 
+def _rescales_answer(seed=7, tile_counts=None):
+    """Exercise 9.3 measured here without attnbook: per tile size, the tiles after the first that
+    raise a query's running maximum, summed over the queries."""
+    torch.manual_seed(seed)
+    scores = torch.randn(8, 256, dtype=torch.float64)  # (L, S)
+    counts = {}
+    for tile in (16, 1):
+        tile_max = scores.view(8, -1, tile).amax(-1)  # (L, tiles)
+        before = tile_max.cummax(dim=1).values[:, :-1]  # (L, tiles - 1): the maximum so far
+        raised = tile_max[:, 1:] > before  # (L, tiles - 1)
+        counts[tile] = (tile_counts or (lambda r: int(r.sum())))(raised)
+    return {"seed": seed, "tiles_of_16": counts[16], "tiles_of_1": counts[1]}
+
+
 def _weakest_month_answer():
     from attnbook.grading.ch08c_cross_attention import month_weight_by_format
 
@@ -366,6 +380,7 @@ GOOD = {
     "position_dot": lambda offset, E: sum(math.cos(offset * 10000 ** (-2 * k / E)) for k in range(E // 2)),
     "self_weight": None,
     "online_softmax_merge": good_merge_state,
+    "online_softmax_rescales": None,  # measured: _Lazy computes it
     "kv_cache_bytes": good_kv_bytes,
     "rms_norm": good_rms_norm,
     "block_spread": None,  # measured: _Lazy computes it
@@ -380,7 +395,7 @@ GOOD = {
 GOOD = _Lazy(GOOD, block_spread=_spread_answer, weakest_month_format=_weakest_month_answer,
              padding_fraction=_padding_fraction_answer, helga_length=_helga_answer,
              rearrangement_accuracy=_rearrangement_answer, self_weight=_self_weight_answer,
-             mask_after_softmax=_after_softmax_answer)
+             mask_after_softmax=_after_softmax_answer, online_softmax_rescales=_rescales_answer)
 
 
 def test_every_exercise_has_a_right_answer_here():
@@ -681,6 +696,19 @@ MISTAKES = [
         B, H, L, lengths)[1] | ~torch.ones(L, max(lengths), dtype=torch.bool).tril(max(lengths) - L)), "zeros",
      "no causal mask"),
     ("decoding_flops", lambda *a: good_decoding_flops(*a, mlp=0), "without_cache", "MLP"),
+    ("online_softmax_rescales", _rescales_answer(tile_counts=lambda r: int(r.sum()) + 8), "tiles_of_16",
+     "counted the first tile"),
+    ("online_softmax_rescales", _rescales_answer(tile_counts=lambda r: int((~r).sum())), "tiles_of_1",
+     "did NOT raise"),
+    ("online_softmax_rescales", _rescales_answer(tile_counts=lambda r: int(r[0].sum())), "tiles_of_16",
+     "query 0 alone"),
+    ("online_softmax_rescales", _rescales_answer(tile_counts=lambda r: int(r.any(dim=0).sum())), "tiles_of_1",
+     "SOME query"),
+    ("online_softmax_rescales", _rescales_answer(tile_counts=lambda r: r.sum().item() / 8), "tiles_of_1",
+     "averaged"),
+    ("online_softmax_rescales", {**_rescales_answer(), "tiles_of_16": _rescales_answer()["tiles_of_1"]},
+     "tiles_of_16", "tiles of 1 key"),
+    ("online_softmax_rescales", {**_rescales_answer(), "seed": "7"}, "tiles_of_1", "expected the int"),
     ("decoding_flops", lambda *a: good_decoding_flops(*a, cached_attention=False), "with_cache",
      "still scores every cached key"),
 ]

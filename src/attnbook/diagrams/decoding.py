@@ -30,9 +30,9 @@ from .description import Description
 
 __all__ = ["DecodingStep", "decoding_steps", "draw_kv_cache"]
 
-CACHED = Style("#8c8c8c", name="key already cached")
-NEW = Style("#fbe3a3", name="key appended now")
-ALLOWED = Style("#00224e", name="query may attend")
+CACHED = Style("#8c8c8c", name="cached key")
+NEW = Style("#fbe3a3", name="new key")
+ALLOWED = Style("#00224e", name="may attend")
 BLOCKED = Style("#ffffff", name="blocked")
 
 
@@ -200,7 +200,7 @@ def draw_kv_cache(module: CausalSelfAttention | TinyTransformer, inputs: Tensor,
         y -= (1 + L) * ch + 0.3
     canvas.text(0.1, 0.55, "Query i of a step sees keys j ≤ i + S − L (causal_mask, aligned to the bottom right).",
                 size=8, ha="left")
-    canvas.legend([CACHED, NEW, ALLOWED, BLOCKED], 0.1, 0.22, gap=0.2)
+    canvas.legend([CACHED, NEW, ALLOWED, BLOCKED], 0.1, 0.22, gap=0.5)
     first = steps[0]
     later = steps[1:]
     summary = (f"{len(steps)} decoding steps with a key/value cache ({H} heads of width {D}). Each step is a "

@@ -8,7 +8,7 @@ it reports are those of the function the book uses. :func:`draw_online_softmax` 
 one query.
 
 Shapes:
-    q (..., L, E), k (..., S, E), v (..., S, Ev); per tile m, l (..., L, 1), acc (..., L, Ev).
+    q (..., L, D), k (..., S, D), v (..., S, Dv); per tile m, l (..., L, 1), acc (..., L, Dv).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class TileState:
     """The running state after one tile of keys.
 
     Shapes:
-        tile_max, m, correction, l (..., L, 1); acc (..., L, Ev)
+        tile_max, m, correction, l (..., L, 1); acc (..., L, Dv)
     """
 
     index: int
@@ -56,7 +56,7 @@ def online_softmax_states(q: Tensor, k: Tensor, v: Tensor, block_size: int, *,
     block_size=block_size)`` and the full softmax's ``attention(q, k, v, scale=scale)``.
 
     Shapes:
-        q (..., L, E), k (..., S, E), v (..., S, Ev) -> states, output (..., L, Ev)
+        q (..., L, D), k (..., S, D), v (..., S, Dv) -> states, output (..., L, Dv)
     """
     _, scale = check.attention_call("online_softmax_states", q, k, v, None, None, False, scale, 0.0)
     check.positive_int("online_softmax_states", "block_size", block_size)
@@ -64,11 +64,11 @@ def online_softmax_states(q: Tensor, k: Tensor, v: Tensor, block_size: int, *,
     if out_dtype in (torch.float16, torch.bfloat16):  # as tiled_attention: accumulate in fp32
         q, k, v = q.float(), k.float(), v.float()
     S = k.shape[-2]
-    qs = q * scale  # (..., L, E), scaled once, as tiled_attention does
+    qs = q * scale  # (..., L, D), scaled once, as tiled_attention does
     m = torch.full((*qs.shape[:-1], 1), torch.finfo(qs.dtype).min, dtype=qs.dtype)  # (..., L, 1)
     l = torch.zeros_like(m)  # (..., L, 1)
     acc = torch.zeros(*torch.broadcast_shapes(qs.shape[:-1], v.shape[:-2] + qs.shape[-2:-1]), v.shape[-1],
-                      dtype=qs.dtype)  # (..., L, Ev)
+                      dtype=qs.dtype)  # (..., L, Dv)
     states = []
     for index, j0 in enumerate(range(0, S, block_size)):
         cols = slice(j0, min(j0 + block_size, S))
@@ -76,7 +76,7 @@ def online_softmax_states(q: Tensor, k: Tensor, v: Tensor, block_size: int, *,
         tile_max = scores.amax(dim=-1, keepdim=True)  # (..., L, 1)
         m, l, acc, correction = online_softmax_step(m, l, acc, scores, v[..., cols, :])  # tiled_attention's step
         states.append(TileState(index, range(cols.start, cols.stop), tile_max, m, correction, l, acc))
-    output = (acc / l).to(out_dtype)  # (..., L, Ev)
+    output = (acc / l).to(out_dtype)  # (..., L, Dv)
     tiled = tiled_attention(q.to(out_dtype), k.to(out_dtype), v.to(out_dtype), scale=scale, block_size=block_size)
     torch.testing.assert_close(output, tiled)  # the states are tiled_attention's
     full, _ = attention(q.to(out_dtype), k.to(out_dtype), v.to(out_dtype), scale=scale)
@@ -97,7 +97,7 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
         each key); facts ``states`` (per tile, rounded to 4 decimals) and ``weights``.
 
     Shapes:
-        q (..., L, E), k (..., S, E), v (..., S, Ev)
+        q (..., L, D), k (..., S, D), v (..., S, Dv)
     """
     where = "draw_online_softmax"
     states, output = online_softmax_states(q, k, v, block_size)
@@ -153,8 +153,8 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
         rows.append(state)
     canvas.text(canvas.width / 2, y - 0.5, f"output = acc / ℓ after tile {n - 1}: equal to tiled_attention("
                 f"block_size={block_size})\nand to the softmax over all {S} keys", size=8)
-    lead, width = {2: ("", "E"), 3: ("B, ", "E"), 4: ("B, H, ", "D")}[q.dim()]
-    for i, (name, t, letters) in enumerate((("q", q, f"L, {width}"), ("k", k, f"S, {width}"), ("v", v, "S, Dv"),
+    lead = {2: "", 3: "B, ", 4: "B, H, "}[q.dim()]
+    for i, (name, t, letters) in enumerate((("q", q, "L, D"), ("k", k, "S, D"), ("v", v, "S, Dv"),
                                              ("output", output, "L, Dv"))):
         canvas.tensor_label(name, name, 0.65 + 1.5 * i, 0.35, shape=t.shape, letters=lead + letters)
     facts = {

@@ -1,7 +1,10 @@
-"""Chapter 9, attention at scale: merging two blocks of an online softmax, the memory of a
+"""Chapter 9, attention at scale: merging two blocks of an online softmax, how often the online
+softmax rescales (an experiment), the memory of a
 key/value cache, and the FLOPs of decoding with and without it."""
 
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch import Tensor
@@ -9,12 +12,13 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ..functional import masked_softmax
 from ..kv_cache import KVCache
+from ..tiled import online_softmax_step
 from ..transformer import TinyTransformer
 from .compare import Wrong, check_number, compare, match, same
-from .harness import call, exercise, part
+from .harness import call, exercise, part, seeded_answer
 
 # ------------------------------------------------------------------------------------------------
-# Exercise 9.1: online_softmax_merge
+# Exercise 9.4: online_softmax_merge
 # ------------------------------------------------------------------------------------------------
 
 MERGE_STATES = exercise(
@@ -122,7 +126,72 @@ def merge_states_attention(case):
 
 
 # ------------------------------------------------------------------------------------------------
-# Exercise 9.2: kv_cache_bytes (derivation)
+# Exercise 9.3: online_softmax_rescales (experiment)
+# ------------------------------------------------------------------------------------------------
+
+RESCALE_QUERIES, RESCALE_KEYS, RESCALE_TILES = 8, 256, (16, 1)
+
+RESCALES = exercise(
+    "online_softmax_rescales",
+    "answer: a dict {'seed': int, 'tiles_of_16': int, 'tiles_of_1': int}: for the scores "
+    "torch.randn(8, 256, dtype=torch.float64) (L = 8 queries, S = 256 keys) drawn right after "
+    "torch.manual_seed(seed), the number of times, summed over the 8 queries, that a tile after the "
+    "first raises the query's running maximum (so that its correction exp(m - m') is below 1), when "
+    "the online softmax visits the keys in order in tiles of 16 keys, and in tiles of 1 key.")
+
+
+@functools.lru_cache(maxsize=32)
+def corrections(seed: int, tile: int) -> Tensor:
+    """online_softmax_step's correction for every tile and query: (number of tiles, L)."""
+    torch.manual_seed(seed)
+    scores = torch.randn(RESCALE_QUERIES, RESCALE_KEYS, dtype=torch.float64)  # (L, S)
+    values = torch.zeros(RESCALE_KEYS, 1, dtype=torch.float64)  # (S, Dv): only m matters here
+    m = torch.full((RESCALE_QUERIES, 1), float("-inf"), dtype=torch.float64)  # (L, 1)
+    ell, acc = torch.zeros(RESCALE_QUERIES, 1, dtype=torch.float64), torch.zeros(RESCALE_QUERIES, 1,
+                                                                              dtype=torch.float64)
+    found = []
+    for start in range(0, RESCALE_KEYS, tile):
+        keys = slice(start, start + tile)
+        m, ell, acc, c = online_softmax_step(m, ell, acc, scores[:, keys], values[keys])
+        found.append(c[:, 0])  # (L,)
+    return torch.stack(found)  # (tiles, L)
+
+
+def rescales_part(tile: int):
+    def run(case):
+        got, seed = yield from seeded_answer(tuple(f"tiles_of_{t}" for t in RESCALE_TILES),
+                                             "torch.manual_seed before drawing the scores")
+        c = corrections(seed, tile)  # (tiles, L)
+        later = c[1:] < 1  # (tiles - 1, L): a later tile raised the maximum
+        ref = int(later.sum())
+        other = next(t for t in RESCALE_TILES if t != tile)
+        wrong = [
+            ("You counted the first tile too: its correction exp(-inf - m') = 0 only multiplies sums that "
+             "are still empty, so it rescales nothing. Count the tiles after the first.",
+             int((c < 1).sum())),
+            ("You counted the tiles that did NOT raise the maximum (correction exactly 1); the question "
+             "asks for those whose correction is below 1.", int((c[1:] == 1).sum())),
+            (f"That is the count for tiles of {other} key{'s' if other > 1 else ''}; this part asks for "
+             f"tiles of {tile}.", int((corrections(seed, other)[1:] < 1).sum())),
+            ("That is the count of query 0 alone; the question asks for the sum over the "
+             f"{RESCALE_QUERIES} queries.", int(later[:, 0].sum())),
+            ("You counted the tiles in which SOME query's maximum rose; count every query whose maximum "
+             "rose, and add them up.", int(later.any(dim=1).sum())),
+            (f"You averaged over the queries; the question asks for the sum over the {RESCALE_QUERIES} "
+             "queries.", ref / RESCALE_QUERIES),
+        ]
+        check_number(got.get(f"tiles_of_{tile}"), ref, f"tiles of {tile} (seed {seed})", wrong,
+                     rel_tol=0, abs_tol=1e-9)
+    run.__name__ = f"online_softmax_rescales_tiles_of_{tile}"
+    return run
+
+
+for _tile in RESCALE_TILES:
+    part(RESCALES, f"tiles_of_{_tile}")(rescales_part(_tile))
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 9.1: kv_cache_bytes (derivation)
 # ------------------------------------------------------------------------------------------------
 
 CACHE_BYTES = exercise(
@@ -169,7 +238,7 @@ def cache_bytes_half(case):
 
 
 # ------------------------------------------------------------------------------------------------
-# Exercise 9.3: decoding_flops (derivation)
+# Exercise 9.2: decoding_flops (derivation)
 # ------------------------------------------------------------------------------------------------
 
 DECODING_FLOPS = exercise(
