@@ -95,9 +95,8 @@ def counted_multi_head_flops(B: int, L: int, S: int, E: int, H: int) -> int:
 
 def multi_head_flops_variants(B: int, L: int, S: int, E: int, H: int):
     """The right count from the formula, and typical wrong counts, each with what it got wrong."""
-    D = E // H
     projections = 2 * B * (2 * L + 2 * S) * E * E  # W_Q and W_O over L positions, W_K and W_V over S
-    core = 4 * B * L * S * E  # q kᵀ and weights · v, all heads: 2 · H · L · S · D each
+    core = 4 * B * L * S * E  # q kᵀ and weights · v, all heads: 2 · H · L · S · (E / H) each
     right = projections + core
     return right, [
         ("You counted every head's q kᵀ and weights · v over the full width E; a head works in "
