@@ -350,7 +350,7 @@ GOOD = {
     "masked_attention": good_masked_attention,
     "mask_after_softmax": None,  # measured: _Lazy computes it
     "split_heads": good_split,
-    "merge_heads": good_merge,
+    "multi_head_flops": lambda B, L, S, E, H: 4 * B * (L + S) * E * E + 4 * B * L * S * E,
     "multi_head_forward": good_mha,
     "seq2seq_attention_step": good_s2s,
     "final_state": good_final_state,
@@ -557,10 +557,21 @@ MISTAKES = [
     ("split_heads", lambda x, h: x.view(x.shape[0], x.shape[1], h, -1), "values", "did not move the heads"),
     ("split_heads", lambda x, h: x.reshape(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2), "values",
      "every H-th feature"),
-    ("merge_heads", lambda x: x.reshape(x.shape[0], x.shape[2], -1), "values", "without moving the heads"),
-    ("merge_heads", lambda x: x.transpose(1, 2).view(x.shape[0], x.shape[2], -1), "values", "contiguous"),
-    ("merge_heads", lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1), "round_trip",
-     "interleaved"),
+    ("multi_head_flops", lambda B, L, S, E, H: 4 * B * (L + S) * E * E + 4 * H * B * L * S * E,
+     "self_attention", "full width E"),
+    ("multi_head_flops", lambda B, L, S, E, H: 4 * B * (L + S) * E * E + 2 * B * L * S * E,
+     "self_attention", "weights times v"),
+    ("multi_head_flops", lambda B, L, S, E, H: 2 * B * (L + 2 * S) * E * E + 4 * B * L * S * E,
+     "cross_attention", "output projection W_O"),
+    ("multi_head_flops", lambda B, L, S, E, H: 8 * B * L * E * E + 4 * B * L * S * E,
+     "cross_attention", "S positions"),
+    ("multi_head_flops", lambda B, L, S, E, H: 2 * B * (L + S) * E * E + 2 * B * L * S * E,
+     "cross_attention", "multiply-adds"),
+    ("multi_head_flops", lambda B, L, S, E, H: 4 * B * L * S * E, "self_attention", "four projections"),
+    ("multi_head_flops", lambda B, L, S, E, H: 4 * (L + S) * E * E + 4 * L * S * E,
+     "cross_attention", "batch"),
+    ("multi_head_flops", lambda B, L, S, E, H: 4 * B * (L + S) * E * E + 4 * B * L * S * E + 1,
+     "self_attention", "not right"),
     ("multi_head_forward", mha_variant(out_proj=False), "values", "output projection"),
     ("multi_head_forward", mha_variant(out_proj=False), "structure", "output projection"),
     ("multi_head_forward", mha_variant(split="view"), "values", "without a transpose"),
@@ -790,7 +801,7 @@ def test_endless_loop_is_stopped_and_reported_too_slow():
 @pytest.mark.parametrize("fn, phrase", [(exits, "SystemExit"), (hard_exit, "exited with code 7"),
                                         (segfault, "signal")])
 def test_exits_and_crashes_are_reported(fn, phrase):
-    feedback = check("merge_heads", fn, part="values")
+    feedback = check("split_heads", fn, part="values")
     assert feedback.score == 0 and phrase in feedback.messages[0], str(feedback)
 
 
@@ -817,7 +828,8 @@ def test_wrong_return_types_are_reported():
 
 
 def test_not_callable_and_garbage_answers():
-    assert "Expected a function" in check("merge_heads", 42).messages[0]
+    assert "Expected a function" in check("split_heads", 42).messages[0]
+    assert "expected a number" in check("multi_head_flops", lambda *a: "4BLE²").messages[0]
     assert "dict" in check("pick_causal_mask", "C").messages[0]
     assert "letters" in check("pick_causal_mask", {"square": "Z", "cache": 3}).messages[0]
     assert "letters" in check("pick_causal_mask", {"square": "", "cache": None}).messages[1]
@@ -826,7 +838,7 @@ def test_not_callable_and_garbage_answers():
 
 
 def test_generic_message_when_no_typical_mistake_matches():
-    feedback = check("merge_heads", lambda x: good_merge(x) + 1, part="values")
+    feedback = check("split_heads", lambda x, h: good_split(x, h) + 1, part="values")
     assert "largest difference" in feedback.messages[0]
 
 
@@ -907,10 +919,9 @@ def test_package_implementations_pass_their_exercises():
 
 
 def test_package_multi_head_module_passes():
-    from attnbook.multihead import MultiHeadAttention, merge_heads, split_heads
+    from attnbook.multihead import MultiHeadAttention, split_heads
 
     assert check("split_heads", split_heads).passed
-    assert check("merge_heads", merge_heads).passed
     feedback = check("multi_head_forward", MultiHeadAttention)
     assert feedback.passed, str(feedback)
 

@@ -1,16 +1,18 @@
-"""Chapter 8, multi-head attention: splitting and merging heads, and the forward pass as a
-function of its four weights or as an ``nn.Module``."""
+"""Chapter 8, multi-head attention: splitting the heads, the FLOPs of one layer (a derivation),
+and the forward pass as a function of its four weights or as an ``nn.Module``."""
 
 from __future__ import annotations
 
 import math
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from ..functional import attention, merge_heads, split_heads
-from .compare import Wrong, compare, matmul_hint, same
+from ..multihead import MultiHeadAttention
+from .compare import Wrong, check_number, compare, matmul_hint, same
 from .harness import call, either, exercise, part
-from .mistakes import M_NO_SCALE, M_POLARITY
+from .mistakes import M_POLARITY
 
 M_SPLIT_NO_T = ("You split the width into heads with `view`/`reshape` to (B, H, L, D) directly, without "
                 "a transpose: that mixes positions across heads. Reshape to (B, L, H, D) first, then "
@@ -19,6 +21,8 @@ M_SPLIT_FORGOT_T = ("You reshaped to (B, L, H, D) but did not move the heads for
                     "`.transpose(1, 2)` to get (B, H, L, D).")
 M_SPLIT_INTERLEAVE = ("Your heads take every H-th feature (you reshaped to (B, L, D, H)); head h must own "
                       "the contiguous block of features h·D ... (h+1)·D - 1: reshape to (B, L, H, D).")
+M_NO_SCALE_HEADS = ("The scores are not scaled: divide each head's q·k by √D (the per-head width, "
+                    "D = E // H), as in softmax(q kᵀ / √D).")
 M_NO_OUT = ("Your output skips the output projection W_o: after merging the heads, mix them with "
             "`output @ W_o.T` (an `nn.Linear(E, E)`).")
 M_NO_OUT_MODULE = M_NO_OUT.replace("`output @ W_o.T`", "a final `nn.Linear(E, E)`")  # said of a module
@@ -66,49 +70,75 @@ def split_non_contiguous(case):
 
 
 # ------------------------------------------------------------------------------------------------
-# Exercise 8.2: merge_heads
+# Exercise 8.2: multi_head_flops (derivation)
 # ------------------------------------------------------------------------------------------------
 
-MERGE = exercise(
-    "merge_heads",
-    "fn(x (B, H, L, D)) -> (B, L, H·D): the inverse of split_heads, head h's features at "
-    "h·D ... (h+1)·D - 1.",
-    blocks=["attnbook.functional.merge_heads"] + MODULES)
+FLOPS = exercise(
+    "multi_head_flops",
+    "fn(B, L, S, E, num_heads) -> int: the FLOPs of the matrix products in one forward of "
+    "MultiHeadAttention(E, num_heads) on a query (B, L, E) and keys and values (B, S, E): the four "
+    "projections W_Q, W_K, W_V, W_O, each head's q k^T and its weights times v. 2 FLOPs per "
+    "multiply-add; biases, scaling and the softmax are not counted.",
+    blocks=["torch.utils.flop_counter.FlopCounterMode"])
 
 
-def merge_compare(out, x):
-    B, H, L, D = x.shape
-    compare(out, merge_heads(x), "result", [
-        ("You reshaped (B, H, L, D) straight to (B, L, H·D) without moving the heads back next to the "
-         "width: `.transpose(1, 2)` to (B, L, H, D) first, then reshape.", lambda: x.reshape(B, L, H * D)),
-        ("You interleaved the heads' features (order (D, H)); head h must own the contiguous block "
-         "h·D ... (h+1)·D - 1: transpose to (B, L, H, D), then reshape.",
-         lambda: x.permute(0, 2, 3, 1).reshape(B, L, H * D)),
-        ("You forgot to merge: transpose to (B, L, H, D) and reshape to (B, L, H·D).",
-         lambda: x.transpose(1, 2)),
-    ])
+def counted_multi_head_flops(B: int, L: int, S: int, E: int, H: int) -> int:
+    """The reference: PyTorch's count of the FLOPs of the package's module, readable path."""
+    torch.manual_seed(0)
+    module = MultiHeadAttention(E, H).eval()
+    query, memory = torch.zeros(B, L, E), torch.zeros(B, S, E)
+    counter = FlopCounterMode(display=False)
+    with torch.inference_mode(), counter:
+        module(query, memory, memory)
+    return counter.get_total_flops()
 
 
-@part(MERGE, "values")
-def merge_values(case):
-    x = case.randn(2, 3, 5, 4)
-    merge_compare((yield call(x)), x)
+def multi_head_flops_variants(B: int, L: int, S: int, E: int, H: int):
+    """The right count from the formula, and typical wrong counts, each with what it got wrong."""
+    projections = 2 * B * (2 * L + 2 * S) * E * E  # W_Q and W_O over L positions, W_K and W_V over S
+    core = 4 * B * L * S * E  # q kᵀ and weights · v, all heads: 2 · H · L · S · (E / H) each
+    right = projections + core
+    return right, [
+        ("You counted every head's q kᵀ and weights · v over the full width E; a head works in "
+         "D = E / H columns, so the H heads together cost what one head of width E costs.",
+         projections + H * core),
+        ("You left out the output projection W_O (E x E over the L query positions).",
+         right - 2 * B * L * E * E),
+        ("You projected the keys and values over the L query positions; they come from the S "
+         "positions of the keys' input.", 2 * B * 4 * L * E * E + core),
+        ("You projected the queries (and W_O) over the S key positions; they run over the L query "
+         "positions.", 2 * B * 4 * S * E * E + core),
+        ("You left out the weights times v: it costs as much as q kᵀ.", projections + core // 2),
+        ("You left out the four projections: each is an E x E matrix applied at every position.", core),
+        ("You counted only the projections; q kᵀ and weights · v are matrix products too.", projections),
+        ("You counted one head's projections (E x D) instead of all heads' (E x E).",
+         projections // H + core),
+        ("You counted multiply-adds; a multiply-add is 2 FLOPs.", right // 2),
+        ("You forgot the batch: every one of the B sequences does all of this.", right // B),
+    ]
 
 
-@part(MERGE, "round_trip")
-def merge_round_trip(case):
-    x = case.randn(3, 4, 8)  # (B, L, E)
-    heads = split_heads(x, 2)  # (B, H, L, D), not contiguous
-    out = yield call(heads)
-    if not same(out, x):
-        merge_compare(out, heads)  # names the mistake if it can
-        raise Wrong("merge_heads(split_heads(x)) should give x back, and does not.")
+def multi_head_flops_cases(case, sizes):
+    if case.seed != 0:
+        sizes = [(case.randint(1, 3), case.randint(2, 7), case.randint(8, 12), 4 * case.randint(2, 5),
+                  2 * case.randint(1, 2)) for _ in sizes]
+    answers = yield [call(*size) for size in sizes]
+    for (B, L, S, E, H), got in zip(sizes, answers):
+        ref = counted_multi_head_flops(B, L, S, E, H)
+        right, variants = multi_head_flops_variants(B, L, S, E, H)
+        assert right == ref, ((B, L, S, E, H), right, ref)  # the variants are built on the right count
+        check_number(got, ref, f"B={B}, L={L}, S={S}, E={E}, num_heads={H}",
+                     [(m, v) for m, v in variants if v != ref])
 
 
-@part(MERGE, "one_head")
-def merge_one_head(case):
-    x = case.randn(2, 1, 4, 6)
-    merge_compare((yield call(x)), x)
+@part(FLOPS, "self_attention")
+def multi_head_flops_self(case):
+    yield from multi_head_flops_cases(case, [(2, 6, 6, 16, 4), (1, 3, 3, 8, 2)])
+
+
+@part(FLOPS, "cross_attention")
+def multi_head_flops_cross(case):
+    yield from multi_head_flops_cases(case, [(3, 5, 9, 12, 3), (2, 3, 10, 16, 4)])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -151,8 +181,7 @@ def mha_variants(args, H, mask):
         (M_SPLIT_NO_T, lambda: mha_ref(*args, H, mask, split=nosplit)),
         ("Merging the heads: you reshaped (B, H, L, D) to (B, L, E) without `.transpose(1, 2)` first.",
          lambda: mha_ref(*args, H, mask, merge=lambda o: o.reshape(B, L, E))),
-        (M_NO_SCALE.replace("√E (the square root of the query/key width)", "√D (the per-head width)"),
-         lambda: mha_ref(*args, H, mask, scale=1.0)),
+        (M_NO_SCALE_HEADS, lambda: mha_ref(*args, H, mask, scale=1.0)),
         ("You scaled by 1/√E with E the model width; each head's scores are scaled by 1/√D, "
          "D = E // H the per-head width.", lambda: mha_ref(*args, H, mask, scale=1 / math.sqrt(E))),
         ("You applied the weights as x @ W; nn.Linear computes x @ W.T.",
