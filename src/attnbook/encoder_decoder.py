@@ -445,18 +445,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"dates model: {args.steps} steps in {seconds:.0f} s, exact match {exact:.3f} on {len(examples)} test dates")
 
 
-# The dropout study lives in attnbook.dropout_study; chapter 8c still imports these three names
-# from here. (A lazy lookup: the study's module imports this one.)
-_MOVED_TO_DROPOUT_STUDY = ("DROPOUT_STUDY", "dropout_checkpoint", "load_dropout_results")
-
-
-def __getattr__(name: str) -> object:
-    if name in _MOVED_TO_DROPOUT_STUDY:
-        from . import dropout_study
-
-        return getattr(dropout_study, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 if __name__ == "__main__":
     main()

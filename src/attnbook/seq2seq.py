@@ -407,16 +407,3 @@ class Seq2Seq(nn.Module):
                 break
         weights_out = torch.stack(all_weights, dim=1) if all_weights else None  # (B, L', S)
         return torch.stack(tokens, dim=1), weights_out  # (B, L')
-
-
-# The builder lives in attnbook.seq2seq_models; chapters 1 and 5b still import these names from here.
-# (A lazy lookup: the builder's module imports this one.)
-_MOVED_TO_SEQ2SEQ_MODELS = ("SCORE_NAMES", "make_score", "build_model")
-
-
-def __getattr__(name: str) -> object:
-    if name in _MOVED_TO_SEQ2SEQ_MODELS:
-        from . import seq2seq_models
-
-        return getattr(seq2seq_models, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
