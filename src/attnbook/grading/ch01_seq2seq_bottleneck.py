@@ -152,7 +152,7 @@ BOTTLENECK_PARAMETERS = exercise(
     "fn(vocab_size, embed_dim, hidden_dim) -> int: the number of parameters of "
     "build_model('none', hidden_dim=hidden_dim, embed_dim=embed_dim, vocab_size=vocab_size), "
     "derived from the sizes (an Encoder and a BottleneckDecoder, as the chapter shows them).",
-    blocks=["attnbook.seq2seq.build_model", "attnbook.seq2seq.Encoder",
+    blocks=["attnbook.seq2seq_models.build_model", "attnbook.seq2seq.Encoder",
             "attnbook.seq2seq.BottleneckDecoder"])
 
 PUBLIC_MODEL_SIZES = [(13, 64, 64), (13, 16, 32), (20, 8, 4)]
