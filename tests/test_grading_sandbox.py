@@ -191,3 +191,21 @@ def test_grading_refuses_without_bubblewrap(tmp_path):
     assert result.returncode != 0
     assert "Not grading" in result.stderr and "bubblewrap" in result.stderr
     assert not (tmp_path / "grades.csv").exists()
+
+
+def test_every_chapters_solutions_pass_every_test_in_the_sandbox():
+    """Each chapter's exercise notebook, answered with its own solutions (hidden tests in), graded
+    as a class's would be: every test cell passes and no cell fails. (An exercise that blocks a
+    name another exercise's experiment needs, or a solution too slow for the cell limit, fails here.)"""
+    from attnbook.course.notebooks import exercise_notebook, toc_chapters
+
+    chapters = toc_chapters()
+    subs = [Submission(exercise_notebook(chapter), secret=SECRET, student="solver", assignment=chapter.stem)
+            for chapter in chapters]
+    with Sandbox([]) as sandbox:
+        verdicts = grade_in_sandbox(subs, sandbox=sandbox)
+    failed = {(chapter.stem, grade_id): test["messages"] for chapter, v in zip(chapters, verdicts)
+              for grade_id, test in v.tests.items() if not test["passed"]}
+    broken = {(chapter.stem, index): text for chapter, v in zip(chapters, verdicts) for index, text in v.cells.items()}
+    assert not failed and not broken, (failed, broken)
+    assert all(v.tests for v in verdicts)

@@ -181,9 +181,9 @@ ZEROS = exercise(
     "per head, for B decoder sequences of L positions reading sources of the given lengths "
     "(padded to the longest, with key_mask = padding_mask(lengths)), and a bool tensor of that "
     "shape, True exactly where the weight is 0.",
-    blocks=["torch.nn.MultiheadAttention", "attnbook.masks.padding_mask"],
-    # the other exercises load the shipped model (built from MultiHeadAttention) in their cells
-    check_blocks=["attnbook.multihead.MultiHeadAttention"])
+    # not the package's MultiHeadAttention: the dates model is built from it, and exercise 8c.1's
+    # greedy decoding runs that model while its tests call the student's function
+    blocks=["torch.nn.MultiheadAttention", "attnbook.masks.padding_mask"])
 
 
 def zeros_inputs(case):
