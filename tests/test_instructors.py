@@ -1,0 +1,53 @@
+"""The instructors' page reports the grading benchmark as `make grade-bench RECORD=1` measured it.
+
+The sentence with the numbers is generated here from data/grade_bench.json (written by the
+benchmark, listed in data/manifest.json), so the page cannot drift from the measurement, and
+what the page says of the target (100 students x every chapter in under 15 minutes on 2 cores)
+is checked against the recorded time: "within" only if it was, "over" if it was not.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+from attnbook.datafiles import verified
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGE = ROOT / "chapters" / "instructors.md"
+RECORD = ROOT / "data" / "grade_bench.json"
+TARGET_MINUTES = 15
+
+
+def bench_sentence(result: dict) -> str:
+    """The sentence the page must contain, from the recorded result."""
+    return (f"On {result['date']}, `make grade-bench` graded {result['students']} students × "
+            f"{result['chapters']} chapters ({result['notebooks']} notebooks) in "
+            f"{result['grade_seconds'] / 60:.1f} minutes on {result['cores']} cores ({result['cpu']}, "
+            f"PyTorch {result['torch']}), {result['seconds_per_notebook']:.2f} s a notebook.")
+
+
+def _page_text() -> str:
+    return re.sub(r"\s+", " ", PAGE.read_text())
+
+
+def test_the_page_reports_the_recorded_grading_benchmark():
+    result = json.loads(verified(RECORD).read_text())
+    assert bench_sentence(result) in _page_text(), (
+        f"chapters/instructors.md must say, word for word:\n{bench_sentence(result)}")
+
+
+def target_sentence(result: dict) -> str:
+    """What the page must say of the target, given the recorded time."""
+    verdict = "within" if result["grade_seconds"] < TARGET_MINUTES * 60 else "over"
+    return f"That is {verdict} the book's target of {TARGET_MINUTES} minutes for 100 students on 2 cores."
+
+
+def test_the_page_says_whether_the_recorded_benchmark_meets_the_target():
+    result = json.loads(verified(RECORD).read_text())
+    assert result["students"] >= 100 and result["cores"] <= 2
+    assert result["chapters"] == len(list((ROOT / "src/attnbook/grading").glob("ch*.py"))), (
+        "the benchmark must cover every chapter's exercises; re-run `make grade-bench RECORD=1`")
+    assert target_sentence(result) in _page_text(), (
+        f"chapters/instructors.md must say, word for word:\n{target_sentence(result)}")
