@@ -353,6 +353,16 @@ def _heads_answer(seed=0, out="columns", reduce="max", only="q"):
     return answer
 
 
+def fit_weight(pairs="ij", unknowns="ab"):
+    """Exercise 4.5 by least squares on the flattened pairs; the other orders are typical slips."""
+    def fn(queries, keys, scores):
+        L, Dq = queries.shape
+        S, Dk = keys.shape
+        A = torch.einsum(f"ia,jb->{pairs}{unknowns}", queries, keys).reshape(L * S, Dq * Dk)
+        return torch.linalg.lstsq(A, scores.reshape(L * S, 1)).solution.reshape(Dq, Dk)
+    return fn
+
+
 class _Lazy(dict):
     """Answers that are measured (an experiment's result): computed when a test asks for them."""
 
@@ -418,6 +428,7 @@ GOOD = {
     "cross_attention_zeros": good_cross_zeros,
     "decoding_flops": good_decoding_flops,
     "heads_interchangeable": None,  # measured: _Lazy computes it
+    "fit_bilinear_weight": fit_weight(),
 }
 
 # Measured answers (experiments) are computed when a test asks for them.
@@ -752,6 +763,14 @@ MISTAKES = [
     ("online_softmax_rescales", {**_rescales_answer(), "seed": "7"}, "tiles_of_1", "expected the int"),
     ("decoding_flops", lambda *a: good_decoding_flops(*a, cached_attention=False), "with_cache",
      "still scores every cached key"),
+    ("fit_bilinear_weight", lambda q, k, c: fit_weight()(q, k, c).T, "square", "returned Wᵀ"),
+    ("fit_bilinear_weight", fit_weight(unknowns="ba"), "exact", "solved for Wᵀ"),
+    ("fit_bilinear_weight", fit_weight(pairs="ji"), "noisy", "different orders"),
+    ("fit_bilinear_weight", lambda q, k, c: q.T @ c @ k, "exact", "instead of inverting"),
+    ("fit_bilinear_weight", lambda q, k, c: torch.linalg.pinv(q) @ c @ k, "square", "not the keys"),
+    ("fit_bilinear_weight", lambda q, k, c: torch.linalg.lstsq(q, c).solution, "noisy", "flatten the pairs"),
+    ("fit_bilinear_weight", lambda q, k, c: torch.linalg.lstsq(q, c.reshape(-1, 1)).solution, "exact",
+     "one row of A per pair"),
     ("heads_interchangeable", _heads_answer(3, out="none"), "all_heads", "but not W_o"),
     ("heads_interchangeable", _heads_answer(4, out="rows"), "all_heads", "W_o's rows"),
     ("heads_interchangeable", _heads_answer(5, reduce="mean"), "queries_only", "mean absolute change"),
@@ -1088,3 +1107,13 @@ def test_blocks_leave_the_chapter_solutions_runnable(stem):
                f"for source in {solutions!r}:\n    exec(source, namespace)\nprint('ran')")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.splitlines()[-1:] == ["ran"], done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("fn", [
+    lambda q, k, c: torch.linalg.pinv(q) @ c @ torch.linalg.pinv(k).T,
+    lambda q, k, c: torch.linalg.lstsq(torch.kron(q, k), c.reshape(-1, 1)).solution.reshape(q.shape[1], -1),
+])
+def test_other_right_ways_to_fit_a_bilinear_weight_pass(fn):
+    """Exercise 4.5: the pseudo-inverses on both sides, or the Kronecker product of the pairs."""
+    assert check("fit_bilinear_weight", fn).passed
+    assert check("fit_bilinear_weight", fn, seed=1).passed
