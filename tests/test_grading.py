@@ -3,6 +3,7 @@ hostile code (exceptions, endless loops, crashes) cannot break grading."""
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import pathlib
@@ -325,6 +326,43 @@ def _self_weight_answer(seed=0, scale=True, diagonal=True, shared_key="W_q"):
     return answer
 
 
+def _heads_answer(seed=0, out="columns", reduce="max", only="q"):
+    """Exercise 8.5 as a student would run it: the heads reordered by indexing (3, H, D, E) views."""
+    from attnbook.multihead import MultiHeadAttention
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        E, H, order = 16, 4, [2, 0, 3, 1]
+        mha = MultiHeadAttention(E, H).eval()
+        x = torch.randn(2, 10, E)
+    answer = {"seed": seed}
+    with torch.no_grad():
+        before = mha(x, x, x)[0]
+        for name, blocks in (("all_heads", "qkv"), ("queries_only", only)):
+            other = copy.deepcopy(mha)
+            heads = other.in_proj_weight.view(3, H, E // H, E)  # (q/k/v, H, D, E)
+            for i in ("qkv".index(b) for b in blocks):
+                heads[i] = heads[i][order].clone()
+            W_o = other.out_proj.weight.view(E, H, E // H)  # (E, H, D): columns by head
+            if name == "all_heads" and out == "columns":
+                W_o.copy_(W_o[:, order].clone())
+            elif name == "all_heads" and out == "rows":
+                other.out_proj.weight.copy_(other.out_proj.weight.view(H, E // H, E)[order].reshape(E, E))
+            change = (other(x, x, x)[0] - before).abs()
+            answer[name] = (change.max() if reduce == "max" else change.mean()).item()
+    return answer
+
+
+def fit_weight(pairs="ij", unknowns="ab"):
+    """Exercise 4.5 by least squares on the flattened pairs; the other orders are typical slips."""
+    def fn(queries, keys, scores):
+        L, Dq = queries.shape
+        S, Dk = keys.shape
+        A = torch.einsum(f"ia,jb->{pairs}{unknowns}", queries, keys).reshape(L * S, Dq * Dk)
+        return torch.linalg.lstsq(A, scores.reshape(L * S, 1)).solution.reshape(Dq, Dk)
+    return fn
+
+
 class _Lazy(dict):
     """Answers that are measured (an experiment's result): computed when a test asks for them."""
 
@@ -389,13 +427,16 @@ GOOD = {
     "weakest_month_format": None,
     "cross_attention_zeros": good_cross_zeros,
     "decoding_flops": good_decoding_flops,
+    "heads_interchangeable": None,  # measured: _Lazy computes it
+    "fit_bilinear_weight": fit_weight(),
 }
 
 # Measured answers (experiments) are computed when a test asks for them.
 GOOD = _Lazy(GOOD, block_spread=_spread_answer, weakest_month_format=_weakest_month_answer,
              padding_fraction=_padding_fraction_answer, helga_length=_helga_answer,
              rearrangement_accuracy=_rearrangement_answer, self_weight=_self_weight_answer,
-             mask_after_softmax=_after_softmax_answer, online_softmax_rescales=_rescales_answer)
+             mask_after_softmax=_after_softmax_answer, online_softmax_rescales=_rescales_answer,
+             heads_interchangeable=_heads_answer)
 
 
 def test_every_exercise_has_a_right_answer_here():
@@ -722,6 +763,21 @@ MISTAKES = [
     ("online_softmax_rescales", {**_rescales_answer(), "seed": "7"}, "tiles_of_1", "expected the int"),
     ("decoding_flops", lambda *a: good_decoding_flops(*a, cached_attention=False), "with_cache",
      "still scores every cached key"),
+    ("fit_bilinear_weight", lambda q, k, c: fit_weight()(q, k, c).T, "square", "returned Wᵀ"),
+    ("fit_bilinear_weight", fit_weight(unknowns="ba"), "exact", "solved for Wᵀ"),
+    ("fit_bilinear_weight", fit_weight(pairs="ji"), "noisy", "different orders"),
+    ("fit_bilinear_weight", lambda q, k, c: q.T @ c @ k, "exact", "instead of inverting"),
+    ("fit_bilinear_weight", lambda q, k, c: torch.linalg.pinv(q) @ c @ k, "square", "not the keys"),
+    ("fit_bilinear_weight", lambda q, k, c: torch.linalg.lstsq(q, c).solution, "noisy", "flatten the pairs"),
+    ("fit_bilinear_weight", lambda q, k, c: torch.linalg.lstsq(q, c.reshape(-1, 1)).solution, "exact",
+     "one row of A per pair"),
+    ("heads_interchangeable", _heads_answer(3, out="none"), "all_heads", "but not W_o"),
+    ("heads_interchangeable", _heads_answer(4, out="rows"), "all_heads", "W_o's rows"),
+    ("heads_interchangeable", _heads_answer(5, reduce="mean"), "queries_only", "mean absolute change"),
+    ("heads_interchangeable", _heads_answer(6, only="k"), "queries_only", "W_k's blocks"),
+    ("heads_interchangeable", {**_heads_answer(7), "queries_only": _heads_answer(7)["all_heads"]},
+     "queries_only", "which is not right"),
+    ("heads_interchangeable", {**_heads_answer(8), "seed": 8.0}, "all_heads", "expected the int"),
 ]
 
 
@@ -1051,3 +1107,13 @@ def test_blocks_leave_the_chapter_solutions_runnable(stem):
                f"for source in {solutions!r}:\n    exec(source, namespace)\nprint('ran')")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.splitlines()[-1:] == ["ran"], done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("fn", [
+    lambda q, k, c: torch.linalg.pinv(q) @ c @ torch.linalg.pinv(k).T,
+    lambda q, k, c: torch.linalg.lstsq(torch.kron(q, k), c.reshape(-1, 1)).solution.reshape(q.shape[1], -1),
+])
+def test_other_right_ways_to_fit_a_bilinear_weight_pass(fn):
+    """Exercise 4.5: the pseudo-inverses on both sides, or the Kronecker product of the pairs."""
+    assert check("fit_bilinear_weight", fn).passed
+    assert check("fit_bilinear_weight", fn, seed=1).passed

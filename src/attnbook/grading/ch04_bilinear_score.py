@@ -233,3 +233,91 @@ def rearrangement_part(name: str):
 
 part(REARRANGEMENT, "identity")(rearrangement_part("identity"))
 part(REARRANGEMENT, "rearrangement")(rearrangement_part("rearrangement"))
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 4.5: fit_bilinear_weight (implementation, not shown in the chapter)
+# ------------------------------------------------------------------------------------------------
+
+FIT = exercise(
+    "fit_bilinear_weight",
+    "fn(queries (L, Dq), keys (S, Dk), scores (L, S)) -> weight (Dq, Dk): the least-squares W, the one "
+    "that makes queries @ W @ keys.T closest to the scores (every pair (i, j) one equation); the queries "
+    "and keys have full column rank, so it is unique.")
+
+FIT_TOL = {"rtol": 1e-3, "atol": 1e-4}  # float32 solvers of the same well-conditioned problem
+
+
+def least_squares_weight(queries: Tensor, keys: Tensor, scores: Tensor) -> Tensor:
+    """The reference, in float64: W = Q⁺ scores (K⁺)ᵀ minimises ‖Q W Kᵀ - scores‖ when Q and K have
+    full column rank."""
+    Q, K, C = queries.double(), keys.double(), scores.double()
+    return (torch.linalg.pinv(Q) @ C @ torch.linalg.pinv(K).T).to(scores.dtype)  # (Dq, Dk)
+
+
+def _flat_pairs_fit(queries, keys, scores, pairs="ijab"):
+    """Least squares on the flattened pairs, with the pairs in the order ``pairs`` (a slip when it
+    is not the scores' order, query-major "ijab")."""
+    L, Dq = queries.shape
+    S, Dk = keys.shape
+    rows = torch.einsum(f"ia,jb->{pairs}", queries.double(), keys.double())  # (pairs, Dq, Dk)
+    w = torch.linalg.lstsq(rows.reshape(L * S, Dq * Dk), scores.double().reshape(L * S, 1)).solution
+    return w.reshape(Dq, Dk).float()
+
+
+def _fit_hint(err):
+    if "lstsq" in err.message or "incompatible" in err.message:
+        return ("torch.linalg.lstsq(A, B) solves A X = B for a 2-D A (equations, unknowns) and B "
+                "(equations, 1): one row of A per pair (i, j), one column per entry W[a, b].")
+    return matmul_hint(err)
+
+
+def fit_case(queries, keys, scores):
+    ref = least_squares_weight(queries, keys, scores)
+    out = yield call(queries, keys, scores, hints=_fit_hint)
+    L, Dq = queries.shape
+    S, Dk = keys.shape
+    Q, K, C = queries.double(), keys.double(), scores.double()
+    compare(out, ref, "weight", [
+        ("You returned Wᵀ, (Dk, Dq): the score is q W kᵀ with W of shape (Dq, Dk), row a for the query's "
+         "coordinate a, column b for the key's coordinate b.", lambda: ref.T),
+        ("You solved for Wᵀ: your unknowns are W's entries in the order (b, a) but you read them back as "
+         "(a, b). Build the row of pair (i, j) as the outer product q_i ⊗ k_j, flattened (a, b), and "
+         "reshape the solution to (Dq, Dk).",
+         lambda: ref.T.reshape(Dq, Dk) if Dq != Dk else None),
+        ("Your equations and your scores are in different orders: you flattened the pairs key-major "
+         "(j, i) but the scores query-major (i, j). Flatten both the same way, e.g. "
+         "einsum('ia,jb->ijab') with scores.reshape(-1).",
+         lambda: _flat_pairs_fit(queries, keys, scores, pairs="jiab")),
+        ("You multiplied by Qᵀ and K instead of inverting: Qᵀ C K is not W unless Q and K are "
+         "orthonormal. Use least squares (torch.linalg.lstsq) or the pseudo-inverses.",
+         lambda: (Q.T @ C @ K).float()),
+        ("You inverted the queries but not the keys: W = Q⁺ C (K⁺)ᵀ, with a pseudo-inverse on both sides.",
+         lambda: (torch.linalg.pinv(Q) @ C @ K).float()),
+        ("You solved queries @ X = scores, one equation per query: that X is (Dq, S), W Kᵀ. "
+         "Each pair (i, j) is one equation in the Dq · Dk unknowns of W: flatten the pairs.",
+         lambda: torch.linalg.lstsq(Q, C).solution.float()),
+    ], tol=FIT_TOL)
+
+
+def fit_inputs(case, L, S, Dq, Dk, noise):
+    queries, keys, weight = case.randn(L, Dq), case.randn(S, Dk), case.randn(Dq, Dk)
+    scores = queries @ weight @ keys.T + noise * case.randn(L, S)  # (L, S)
+    return queries, keys, scores
+
+
+@part(FIT, "exact")
+def fit_exact(case):
+    yield from fit_case(*fit_inputs(case, 6, 7, 3, 4, noise=0.0))
+
+
+@part(FIT, "square")
+def fit_square(case):
+    D = case.size(4, 2, 6)
+    yield from fit_case(*fit_inputs(case, D + 3, D + 2, D, D, noise=0.0))
+
+
+@part(FIT, "noisy")
+def fit_noisy(case):
+    L, S, Dq, Dk = (case.size(20, 12, 30), case.size(24, 12, 30), case.size(3, 2, 5), case.size(5, 2, 5))
+    yield from fit_case(*fit_inputs(case, L, S, Dq, Dk, noise=0.5))

@@ -3,15 +3,18 @@ and the forward pass as a function of its four weights or as an ``nn.Module``.""
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 
 import torch
+from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..functional import attention, merge_heads, split_heads
 from ..multihead import MultiHeadAttention
 from .compare import Wrong, check_number, compare, matmul_hint, same
-from .harness import call, either, exercise, part
+from .harness import call, either, exercise, part, seeded_answer
 from .mistakes import M_POLARITY
 
 M_SPLIT_NO_T = ("You split the width into heads with `view`/`reshape` to (B, H, L, D) directly, without "
@@ -26,6 +29,8 @@ M_NO_SCALE_HEADS = ("The scores are not scaled: divide each head's q·k by √D 
 M_NO_OUT = ("Your output skips the output projection W_o: after merging the heads, mix them with "
             "`output @ W_o.T` (an `nn.Linear(E, E)`).")
 M_NO_OUT_MODULE = M_NO_OUT.replace("`output @ W_o.T`", "a final `nn.Linear(E, E)`")  # said of a module
+# the package's module first: exercise 8.5's experiment builds one while its cells run, so the
+# exercises block it only while their tests call the student's code (check_blocks)
 MODULES = ["attnbook.multihead.MultiHeadAttention", "attnbook.multihead.CausalSelfAttention",
            "torch.nn.MultiheadAttention", "torch.nn.functional.multi_head_attention_forward"]
 
@@ -37,7 +42,7 @@ SPLIT = exercise(
     "split_heads",
     "fn(x (B, L, E), num_heads) -> (B, H, L, E // H): head h gets the features h·D ... (h+1)·D - 1 of "
     "every position (D = E // H).",
-    blocks=["attnbook.functional.split_heads"] + MODULES)
+    blocks=MODULES[1:], check_blocks=["attnbook.functional.split_heads", MODULES[0]])
 
 
 def split_case(x, H):
@@ -154,7 +159,7 @@ FORWARD = exercise(
     "the output (B, L, E) (or a tuple starting with it), with four Linear(E, E) layers registered in "
     "the order q, k, v, out, or a fused (3E, E) q/k/v weight and an out layer; biases are set to "
     "zero for grading.",
-    blocks=MODULES)
+    blocks=MODULES[1:], check_blocks=MODULES[:1])
 
 
 def mha_ref(query, key, value, W_q, W_k, W_v, W_o, H, mask=None, *, split=split_heads,
@@ -271,3 +276,105 @@ def forward_structure(case):
     if blocks < 4:
         raise Wrong(f"Expected four (E, E) projections (q, k, v and the output projection); your module "
                     f"has weights of shapes {shapes}.")
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 8.5: heads_interchangeable (experiment; checked against a run with the student's seed)
+# ------------------------------------------------------------------------------------------------
+
+PERMUTE_SIZES = {"B": 2, "L": 10, "E": 16, "H": 4}
+HEAD_ORDER = (2, 0, 3, 1)  # new head h is old head HEAD_ORDER[h]
+
+PERMUTE = exercise(
+    "heads_interchangeable",
+    "answer: a dict {'seed': int, 'all_heads': float, 'queries_only': float}: after torch.manual_seed(seed), "
+    "mha = MultiHeadAttention(16, 4) and x = torch.randn(2, 10, 16); the heads reordered so that new head h "
+    "is old head (2, 0, 3, 1)[h]; the largest absolute change of the self-attention output mha(x, x, x) when "
+    "the heads' blocks of rows of W_q, W_k, W_v and the matching columns of W_o are reordered together "
+    "('all_heads'), and when only W_q's blocks of rows are ('queries_only').")
+
+
+def head_rows(E: int, H: int, order=HEAD_ORDER) -> Tensor:
+    """The feature (row) index of every new position when the heads are reordered: (E,)."""
+    D = E // H
+    return torch.cat([torch.arange(h * D, (h + 1) * D) for h in order])
+
+
+def permuted_output(mha: MultiHeadAttention, x: Tensor, rows: Tensor, which: str = "qkv",
+                    out: str = "columns") -> Tensor:
+    """mha(x, x, x) with the rows ``rows`` of the blocks ``which`` of in_proj_weight, and W_o's
+    columns (``out="columns"``), rows (a mistake) or nothing (``"none"``, a mistake) reordered."""
+    other = copy.deepcopy(mha)
+    E = x.shape[-1]
+    with torch.no_grad():
+        for i, name in enumerate("qkv"):
+            if name in which:
+                block = other.in_proj_weight[i * E:(i + 1) * E]  # (E, E), rows = output features
+                block.copy_(block[rows].clone())
+        W_o = other.out_proj.weight
+        if out == "columns":
+            W_o.copy_(W_o[:, rows].clone())
+        elif out == "rows":
+            W_o.copy_(W_o[rows].clone())
+        return other(x, x, x)[0]  # (B, L, E)
+
+
+@functools.lru_cache(maxsize=16)
+def head_permutation_changes(seed: int) -> dict[str, float]:
+    """The largest change of the output for each way of reordering the heads, right and wrong."""
+    sizes = PERMUTE_SIZES
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        mha = MultiHeadAttention(sizes["E"], sizes["H"]).eval()
+        x = torch.randn(sizes["B"], sizes["L"], sizes["E"])  # (B, L, E)
+    with torch.no_grad():
+        base = mha(x, x, x)[0]  # (B, L, E)
+    rows = head_rows(sizes["E"], sizes["H"])
+
+    def change(which="qkv", out="columns", reduce="max"):
+        diff = (permuted_output(mha, x, rows, which, out) - base).abs()
+        return float(diff.max() if reduce == "max" else diff.mean())
+
+    return {"all_heads": change(), "queries_only": change("q", "none"),
+            "no_out": change(out="none"), "out_rows": change(out="rows"),
+            "queries_out": change("q"), "keys_only": change("k", "none"),
+            "queries_mean": change("q", "none", reduce="mean"), "base_max": float(base.abs().max())}
+
+
+ROUND_OFF = 1e-5  # float32 round-off on outputs of size ~1: the reordered sums differ by a few ulps
+
+
+@part(PERMUTE, "all_heads")
+def heads_interchangeable_all(case):
+    got, seed = yield from seeded_answer(("all_heads", "queries_only"), "torch.manual_seed before building mha")
+    value = got.get("all_heads")
+    changes = head_permutation_changes(seed)
+    if isinstance(value, Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= ROUND_OFF:
+        return
+    check_number(value, changes["all_heads"], f"'all_heads' (seed {seed})", [
+        ("You reordered the heads of W_q, W_k and W_v but not W_o: its columns read the merged heads "
+         "in the old order. Reorder W_o's COLUMNS with the same index.", changes["no_out"]),
+        ("You reordered W_o's rows; its rows are output features, its columns read the heads: "
+         "`W_o[:, rows]`.", changes["out_rows"]),
+        ("That is the change with W_q's heads reordered (and W_o's columns), not all of W_q, W_k, W_v.",
+         changes["queries_out"]),
+        ("That is the 'queries_only' change; 'all_heads' reorders W_q, W_k, W_v and W_o together.",
+         changes["queries_only"]),
+    ], rel_tol=1e-4, abs_tol=1e-6)
+
+
+@part(PERMUTE, "queries_only")
+def heads_interchangeable_queries(case):
+    got, seed = yield from seeded_answer(("all_heads", "queries_only"), "torch.manual_seed before building mha")
+    changes = head_permutation_changes(seed)
+    check_number(got.get("queries_only"), changes["queries_only"], f"'queries_only' (seed {seed})", [
+        ("You reordered W_o's columns too; this part reorders only W_q's blocks of rows, so that "
+         "each head's queries meet another head's keys.", changes["queries_out"]),
+        ("That is the mean absolute change; the question asks for the largest, `.abs().max()`.",
+         changes["queries_mean"]),
+        ("You reordered W_k's blocks of rows; this part reorders W_q's.", changes["keys_only"]),
+        ("That is the largest entry of the output itself; measure the change, "
+         "`(new - old).abs().max()`.", changes["base_max"]),
+    ], rel_tol=1e-4, abs_tol=1e-6)
