@@ -64,11 +64,12 @@ c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput", "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec", "attnbook.course.plugins.RestoreLockedCells",
     "nbgrader.preprocessors.CheckCellMetadata"]
+# (nbgrader's CheckCellMetadata validates the metadata in the first pass; nothing in the second
+# pass changes it, so it is not validated twice.)
 c.Autograde.autograde_preprocessors = [
     "attnbook.course.plugins.SandboxedGrading", "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties",
-    "nbgrader.preprocessors.CheckCellMetadata"]
+    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties"]
 c.SandboxedGrading.course_root = _root
 c.OverwriteCells.add_missing_cells = True  # a test cell a student deleted is put back and graded
 c.SandboxedGrading.cell_timeout = 30.0  # seconds per cell and per test cell (nbgrader's default)
@@ -77,6 +78,7 @@ c.SandboxedGrading.notebook_timeout = 120.0  # seconds for all of one notebook
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades", "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     "attnbook.course.plugins.HideHiddenTests"]
+c.GenerateFeedback.exporter_class = "attnbook.course.plugins.FeedbackExporter"
 # Late submissions are recorded and listed in grades.csv; set "zero" here (or in the local file)
 # to give them no points, or write a LateSubmissionPlugin of your own.
 c.LateSubmissionPlugin.penalty_method = "none"

@@ -61,6 +61,44 @@ def _ensure_timestamp(folder: pathlib.Path) -> None:
                          .strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
 
 
+_ENGINES: dict[tuple, object] = {}
+
+
+def _one_engine_per_gradebook() -> None:
+    """Make nbgrader reuse one SQLAlchemy engine per database in this process.
+
+    nbgrader opens a gradebook several times for every notebook it records, and each time creates
+    a new engine, whose empty statement cache makes SQLAlchemy compile every query again (a third
+    of the time of recording a notebook, measured). The shared engine changes nothing else: nbgrader
+    still opens and disposes of its connections around each use, so the gradebook file is locked
+    as briefly as before."""
+    import nbgrader.api
+    import sqlalchemy
+
+    if getattr(nbgrader.api.create_engine, "shares_engines", False):
+        return
+
+    def create_engine(url, **kwargs):
+        key = (os.getpid(), str(url), tuple(sorted(kwargs.items())))
+        if key not in _ENGINES:
+            _ENGINES[key] = sqlalchemy.create_engine(url, **kwargs)
+        return _ENGINES[key]
+
+    create_engine.shares_engines = True
+    nbgrader.api.create_engine = create_engine
+
+
+def _start_worker() -> None:
+    """A grading worker computes its references on one thread: the workers already use every core,
+    and torch's extra threads, on a core another worker holds, spin while they wait for it (measured
+    on 2 cores: 14-21 s of CPU for some students' references with torch's default threads, under
+    1.3 s for every student with one)."""
+    import torch
+
+    torch.set_num_threads(1)
+    _one_engine_per_gradebook()
+
+
 def _grade_student(root, student, assignments, feedback) -> dict[str, dict]:
     """Verdicts of one student's submissions, then nbgrader's records: assignment -> state entry."""
     problems, stopped = _prepare_student(root, student, assignments)
@@ -143,7 +181,8 @@ def grade(root: pathlib.Path = DEFAULT_ROOT, *, students: list[str] | None = Non
     print(f"grading {count} new or changed submissions of {len(todo)} students")
     # Workers forked before any nbgrader work here inherit the imported torch (no second import).
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 2, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 2, mp_context=context,
+                             initializer=_start_worker) as pool:
         futures = {pool.submit(_grade_student, root, s, a, feedback): s for s, a in todo.items()}
         for future in as_completed(futures):
             student = futures[future]

@@ -9,6 +9,8 @@
 - :class:`RestoreLockedCells` is nbgrader's ``OverwriteCells`` without the false "checksum has
   changed" warning for a test cell whose only difference is its removed hidden tests.
 - :class:`HideHiddenTests` removes hidden tests from the feedback pages.
+- :class:`FeedbackExporter` is nbconvert's ``HTMLExporter`` whose compiled page templates are kept
+  for the life of the process, so that a grading worker compiles them once, not once per page.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import os
 import pathlib
 
+import jinja2
+from nbconvert.exporters import HTMLExporter
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor, OverwriteCells
 from traitlets import Bool, Float, Unicode
 
@@ -23,7 +27,7 @@ from ..grading.submission import Submission, grade_in_sandbox
 from .folder import read_secret, source_cells, verdict_cache
 from .notebooks import REPO
 
-__all__ = ["SandboxedGrading", "RestoreLockedCells", "HideHiddenTests", "scrubbed_paths"]
+__all__ = ["SandboxedGrading", "RestoreLockedCells", "HideHiddenTests", "FeedbackExporter", "scrubbed_paths"]
 
 
 def scrubbed_paths(root: pathlib.Path) -> list[str]:
@@ -87,3 +91,30 @@ class HideHiddenTests(ClearHiddenTests):
     """ClearHiddenTests for feedback pages (it runs on autograded notebooks)."""
 
     enforce_metadata = Bool(False).tag(config=True)
+
+
+class _CompiledTemplates(jinja2.BytecodeCache):
+    """Jinja's compiled templates, kept in memory (a bucket is reused only for the same source)."""
+
+    def __init__(self):
+        self._code: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket):
+        code = self._code.get(bucket.key)
+        if code is not None:
+            bucket.bytecode_from_string(code)  # checks the source's checksum; stale code is dropped
+
+    def dump_bytecode(self, bucket):
+        self._code[bucket.key] = bucket.bytecode_to_string()
+
+
+_TEMPLATES = _CompiledTemplates()
+
+
+class FeedbackExporter(HTMLExporter):
+    """nbgrader's feedback exporter (``HTMLExporter``), compiling each template once per process."""
+
+    def _create_environment(self):
+        environment = super()._create_environment()
+        environment.bytecode_cache = _TEMPLATES
+        return environment
