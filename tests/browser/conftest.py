@@ -2,7 +2,8 @@
 
 Every page is loaded once (the `visit` fixture caches it) with every request outside the local
 server blocked and recorded, every console error and failed response recorded, maths typeset and
-widgets rendered before the page is looked at; a full-page screenshot goes to _build/screenshots/.
+widgets rendered before the page is looked at; a screenshot of its first screen goes to
+_build/screenshots/ (of the whole page with FULL_SCREENSHOTS=1, which adds about 3 s a page).
 
 Chromium is Debian's (/usr/bin/chromium, `apt-get install -y chromium`), driven by the Python
 `playwright` package; `playwright install` is never needed. Without it these tests are skipped,
@@ -11,6 +12,7 @@ except under CI=true, where a missing browser is a failure.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,7 +190,7 @@ def visit(browser_context, base_url, blocked):
         _settle(page)
         report.outside = blocked[blocked_before:]
         shot = SCREENSHOTS / (name.removesuffix(".html").replace("/", "__") + ".png")
-        page.screenshot(path=str(shot), full_page=True)
+        page.screenshot(path=str(shot), full_page=os.environ.get("FULL_SCREENSHOTS") == "1")
         reports[name] = report
         return report
 
