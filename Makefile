@@ -92,7 +92,7 @@ serve: venv
 # Not part of `make test`: a full run takes a few minutes (tests/test_bench.py runs --smoke).
 # THP_MEM_ALLOC_ENABLE=1 lets PyTorch back large tensors with 2 MiB pages (fewer page faults).
 bench: venv
-	THP_MEM_ALLOC_ENABLE=1 $(PY) -m attnbook.bench --threads 2
+	THP_MEM_ALLOC_ENABLE=1 $(PY) -m attnbook_tools.bench --threads 2
 
 # The site build (one core, Sphinx) runs alongside nbval-runnable (one notebook at a time), which
 # leaves a core idle most of the time; the build's output goes to BUILD_LOG and is shown when both
@@ -125,17 +125,28 @@ FILLED ?= _build/runnable-filled
 # a time: the edition runs top to bottom in a fresh kernel, and every stored output is checked a
 # second time, on kernels other than the ones that stored it.
 
-lab: venv
-	$(PY) -m attnbook.runnable lab --dir $(LAB_DIR) -- $(LAB_ARGS)
+# A student's environment, apart from .venv: the library, the chapters' tooling and JupyterLab
+# (pyproject.toml's `lab` extra, at the versions requirements.txt pins), without the instructor's
+# nbgrader, the website's build or the tests.
+LAB_VENV ?= .venv-lab
+LAB_PY := $(abspath $(LAB_VENV))/bin/python
+$(LAB_VENV)/.installed: requirements.txt pyproject.toml
+	@test -x $(LAB_PY) || python3 -m venv $(LAB_VENV)
+	$(LAB_PY) -m pip install --quiet --disable-pip-version-check -c requirements.txt setuptools
+	$(LAB_PY) -m pip install --quiet --disable-pip-version-check -c requirements.txt --no-build-isolation -e ".[lab]"
+	@touch $@
+
+lab: $(LAB_VENV)/.installed
+	PYTHONPATH=src/bookbuild $(LAB_PY) -m runnable lab --dir $(LAB_DIR) -- $(LAB_ARGS)
 
 lab-source: venv
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 chapters
 
 runnable: venv
-	$(PY) -m attnbook.runnable build
+	PYTHONPATH=src/bookbuild $(PY) -m runnable build
 
 runnable-filled: venv
-	$(PY) -m attnbook.runnable fill --out $(FILLED)
+	PYTHONPATH=src/bookbuild $(PY) -m runnable fill --out $(FILLED)
 
 nbval-runnable: runnable-filled
 	$(OTHER_NUMERIC_PATH) $(NBVAL) $(FILLED)/*.ipynb
@@ -158,13 +169,13 @@ COURSE ?= _build/course
 EXCHANGE ?= $(dir $(COURSE))exchange
 
 assignments: venv
-	$(PY) -m attnbook.course assignments --root $(COURSE) --exchange $(EXCHANGE)
+	$(PY) -m attnbook_classroom.course assignments --root $(COURSE) --exchange $(EXCHANGE)
 
 grade: venv
-	$(PY) -m attnbook.course grade --root $(COURSE) $(if $(STUDENT),--student $(STUDENT)) \
+	$(PY) -m attnbook_classroom.course grade --root $(COURSE) $(if $(STUDENT),--student $(STUDENT)) \
 		$(if $(CHAPTER),--assignment $(CHAPTER)) $(if $(FORCE),--force)
 
 # Not part of `make test`: 100 simulated students x every chapter. RECORD=1 writes the result to
 # data/grade_bench.json, the number the instructors' page reports.
 grade-bench: venv
-	$(PY) -m attnbook.course.bench --students $(or $(STUDENTS),100) $(if $(RECORD),--record)
+	$(PY) -m attnbook_classroom.course.bench --students $(or $(STUDENTS),100) $(if $(RECORD),--record)

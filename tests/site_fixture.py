@@ -1,7 +1,7 @@
 """A two-page website built with the book's own Sphinx extensions, for testing them on known input.
 
 The chapter page, ``chapters/03_demo``, holds what the book's chapters hold once they use the
-controls: a control made by ``attnbook.widgets.explore`` (a slider and a dropdown, six settings
+controls: a control made by ``attnbook_tools.widgets.explore`` (a slider and a dropdown, six settings
 stored as images), a stored ipywidgets slider (which needs a kernel, so the site must leave it
 out), a stored progress bar (not a control: it stays), two captioned figures (numbered 3.1
 and 3.2) and a check cell (folded behind "Show the check"). tests/test_site_extensions.py reads
@@ -32,7 +32,7 @@ def draw_demo(ax, D, kind="unscaled"):
 
 
 def demo_explorer():
-    from attnbook.widgets import Explorer, dropdown, slider
+    from attnbook_tools.widgets import Explorer, dropdown, slider
 
     return Explorer(
         draw_demo,
@@ -59,7 +59,7 @@ def _view(model_id: str):
 def _png_output():
     import matplotlib.pyplot as plt
 
-    from attnbook.plots import png_bytes
+    from attnbook_tools.plots import png_bytes
 
     fig, ax = plt.subplots(figsize=(3, 2))
     ax.plot([0, 1], [1, 0])

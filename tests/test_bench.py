@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from attnbook import bench
+from attnbook_tools import bench
 
 
 def test_bench_smoke_run_writes_results_and_table(tmp_path, capsys):
@@ -38,7 +38,7 @@ def test_bench_smoke_run_writes_results_and_table(tmp_path, capsys):
 
 
 def test_interleaved_medians_calls_each_in_turn():
-    from attnbook import measure
+    from attnbook_tools import measure
 
     assert bench.interleaved_medians is measure.interleaved_medians  # one timing API, in measure
     calls = []

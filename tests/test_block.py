@@ -1,6 +1,6 @@
 """The Transformer block: every variant's shapes, the residual path, causality, key padding, the
 decoder block's cross-attention, dropout only in training, and equality with the pre-norm block
-of attnbook.transformer (same initialisation, same outputs)."""
+of attnbook.models.transformer (same initialisation, same outputs)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from attnbook.block import DecoderBlock, TransformerBlock
-from attnbook.efficient import KVCache
-from attnbook.transformer import TransformerBlock as TinyTransformerBlock
+from attnbook.kv_cache import KVCache
+from attnbook.block import TransformerBlock as TinyTransformerBlock
 
 E, H = 16, 4
 VARIANTS = [
@@ -199,8 +199,8 @@ def test_bad_arguments_name_themselves():
 
 
 # ----------------------------------------------------------------------------- the ablation experiments
-from attnbook import ablations  # noqa: E402
-from attnbook.datafiles import DATA_DIR, DataFileError  # noqa: E402
+from attnbook_tools import ablations  # noqa: E402
+from attnbook_tools.datafiles import DATA_DIR, DataFileError  # noqa: E402
 
 
 def test_lookup_task_targets_are_table_entries_of_each_pair():

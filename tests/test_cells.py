@@ -10,7 +10,7 @@
   :data:`SITE_CODE_COLUMNS` characters, the width of a code block in the narrowest desktop layout
   (measured again in Chromium by tests/browser/test_layout.py); so does every line of package
   source a chapter shows with ``literalinclude``.
-- **Controls work on the website.** A slider or dropdown comes from ``attnbook.widgets.explore``,
+- **Controls work on the website.** A slider or dropdown comes from ``attnbook_tools.widgets.explore``,
   which stores its settings for the website; ipywidgets' own ``interact`` and control widgets need
   a kernel, and the website leaves them out. ``mask_editor`` is the one live-only control (its
   states cannot be precomputed): the chapter shows its static twin as a figure.
@@ -124,7 +124,7 @@ def control_violations(entry: str, nb) -> dict[str, str]:
             if name in LIVE_ONLY_CALLS or (name and WIDGET_CONTROLS.match(name)):
                 found[f"{name} in {first_line(cell)}"] = (
                     f"cell {index} makes a control with {name}(), which needs a kernel and is left out of the "
-                    "website: use attnbook.widgets.explore(draw, slider(...)/dropdown(...), alt=...)")
+                    "website: use attnbook_tools.widgets.explore(draw, slider(...)/dropdown(...), alt=...)")
         calls_explore = any(_call_name(n) == "explore" for n in ast.walk(tree))
         stored = [o for o in cell.get("outputs", [])
                   if o.get("metadata", {}).get("attnbook", {}).get("control")]

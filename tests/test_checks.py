@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbook.data import ReversalTask
+from attnbook.tasks.reversal import ReversalTask
 from attnbook.functional import masked_softmax, split_heads
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask, padding_mask
@@ -15,7 +15,9 @@ from attnbook.multihead import CausalSelfAttention, MultiHeadAttention
 from attnbook.positions import LearnedPositions, sinusoidal_positions
 from attnbook.scores import AdditiveScore, BilinearScore
 from attnbook.tiled import tiled_attention
-from attnbook.transformer import TinyTransformer, TransformerBlock, repeat_batch
+from attnbook.block import TransformerBlock
+from attnbook.models.transformer import TinyTransformer
+from attnbook.tasks.repeat import repeat_batch
 
 q = torch.randn(2, 3, 4)
 

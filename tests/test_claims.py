@@ -11,7 +11,7 @@ caption's claim under the same key, in one of three forms:
 
     assert weights.argmax() == 0, "fig-02-heatmaps: ..."   # a plain assert whose message names the key
 
-(``claim`` and ``claims`` are in attnbook.notebook.) A claim whose key nothing glues is a typo and
+(``claim`` and ``claims`` are in attnbook_tools.notebook.) A claim whose key nothing glues is a typo and
 fails too. How to state a claim is in chapters/contributing.md.
 """
 

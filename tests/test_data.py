@@ -1,11 +1,11 @@
-"""Tests for attnbook.data: the generated reversal task, encoding, padding and batching."""
+"""Tests for attnbook.tasks.reversal: the generated reversal task, encoding, padding and batching."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from attnbook.data import (
+from attnbook.tasks.reversal import (
     EOS, PAD, SOS, VOCAB_SIZE, ReversalTask, decode, encode, make_batch, pad_sequences, to_symbols,
 )
 

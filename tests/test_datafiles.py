@@ -13,9 +13,9 @@ import shutil
 import pytest
 import torch
 
-from attnbook import experiments
-from attnbook.datafiles import DATA_DIR, MANIFEST, DataFileError, load_json_file, record, sha256, verified
-from attnbook.experiments import RESULTS_FILE, checkpoint_path, load_checkpoint, load_results
+from attnbook_tools import experiments
+from attnbook_tools.datafiles import DATA_DIR, MANIFEST, DataFileError, load_json_file, record, sha256, verified
+from attnbook_tools.experiments import RESULTS_FILE, checkpoint_path, load_checkpoint, load_results
 
 
 @pytest.fixture

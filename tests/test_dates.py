@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from attnbook import dates
+from attnbook.tasks import dates
 
 MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september",
           "october", "november", "december"]

@@ -16,21 +16,22 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from attnbook import diagrams  # noqa: E402
-from attnbook.diagrams import (  # noqa: E402
+from attnbook_tools import diagrams  # noqa: E402
+from attnbook_tools.diagrams import (  # noqa: E402
     block_flow, decoding_steps, draw_block, draw_encoder_decoder, draw_heads, draw_kv_cache,
     draw_online_softmax, draw_qkv, draw_transformer_encoder_decoder, head_columns, legibility_problems,
     online_softmax_states,
 )
-from attnbook.efficient import tiled_attention  # noqa: E402
+from attnbook.tiled import tiled_attention  # noqa: E402
 from attnbook.functional import attention  # noqa: E402
 from attnbook.masks import causal_mask  # noqa: E402
 from attnbook.multihead import CausalSelfAttention, MultiHeadAttention  # noqa: E402
-from attnbook.plots import (  # noqa: E402
+from attnbook_tools.plots import (  # noqa: E402
     COLUMN_INCHES, FIGURE_DPI, PAGE_FIGURE_WIDTH_PX, PNG_PAD_INCHES, figure_report, png_bytes, png_size,
 )
-from attnbook.seq2seq_models import build_model  # noqa: E402
-from attnbook.transformer import TinyTransformer, TransformerBlock  # noqa: E402
+from attnbook.models.builder import build_model  # noqa: E402
+from attnbook.block import TransformerBlock  # noqa: E402
+from attnbook.models.transformer import TinyTransformer  # noqa: E402
 
 F64 = torch.float64
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -112,7 +113,7 @@ def test_heads_columns_follow_split_heads(E, H):
 
 def test_heads_figure_shows_a_different_split(monkeypatch):
     """A split that interleaves the columns (head h gets h, h + H, ...) is drawn as such."""
-    import attnbook.diagrams.heads as module
+    import attnbook_tools.diagrams.heads as module
 
     def interleaved_split(x, num_heads):  # (B, L, E) -> (B, H, L, D)
         B, L, E = x.shape
@@ -209,7 +210,7 @@ def test_online_softmax_diagram_shows_a_raised_maximum():
 
 def test_online_softmax_states_check_tiled_attention(monkeypatch):
     """The states are asserted to be tiled_attention's: a different tiled_attention is caught."""
-    import attnbook.diagrams.online_softmax as module
+    import attnbook_tools.diagrams.online_softmax as module
 
     monkeypatch.setattr(module, "tiled_attention", lambda q, k, v, **kw: tiled_attention(q, k, v, **kw) + 1e-3)
     with pytest.raises(AssertionError):
@@ -227,7 +228,7 @@ def test_encoder_decoder_shows_greedy_decoding(hidden_dim):
     assert d.boxes["encoder_states"].shape == (1, 5, hidden_dim)
     assert d.boxes["decoder_state"].shape == d.boxes["context"].shape == (1, hidden_dim)
     assert d.facts["weights"] == [round(w, 2) for w in weights[0, 1].tolist()]
-    from attnbook.data import to_symbols
+    from attnbook.tasks.reversal import to_symbols
     assert d.facts["next token"] == to_symbols([int(tokens[0, 1])])[0]
     check_figure(fig, d)
 
@@ -312,8 +313,8 @@ def test_block_diagram_says_what_each_variant_does(variant):
 
 # ----------------------------------------------------------------------------- the Transformer encoder-decoder
 def test_transformer_encoder_decoder_is_drawn_from_its_forward():
-    from attnbook import dates
-    from attnbook.encoder_decoder import EncoderDecoder
+    from attnbook.tasks import dates
+    from attnbook.models.encoder_decoder import EncoderDecoder
     torch.manual_seed(0)
     model = EncoderDecoder(dates.VOCAB_SIZE, 32, embed_dim=16, num_heads=2, num_encoder_layers=2,
                            num_decoder_layers=1)
@@ -338,8 +339,8 @@ def test_transformer_encoder_decoder_is_drawn_from_its_forward():
 
 
 def test_transformer_encoder_decoder_refuses_what_it_cannot_draw(raises_naming):
-    from attnbook import dates
-    from attnbook.encoder_decoder import EncoderDecoder
+    from attnbook.tasks import dates
+    from attnbook.models.encoder_decoder import EncoderDecoder
     model = EncoderDecoder(dates.VOCAB_SIZE, 32, embed_dim=16, num_heads=2)
     batch = dates.make_batch([dates.render(dates.FIRST_DATE, "slashes")])
     with raises_naming(TypeError, "draw_transformer_encoder_decoder", "EncoderDecoder"):
@@ -383,8 +384,8 @@ def test_a_diagram_is_as_wide_as_the_page_shows_it():
 
 
 def test_categories_differ_in_lightness_or_hatching():
-    from attnbook.diagrams.canvas import luminance, ramp
-    from attnbook.diagrams.decoding import ALLOWED, BLOCKED, CACHED, NEW
+    from attnbook_tools.diagrams.canvas import luminance, ramp
+    from attnbook_tools.diagrams.decoding import ALLOWED, BLOCKED, CACHED, NEW
     for a, b in [(CACHED, NEW), (ALLOWED, BLOCKED)]:
         assert abs(luminance(a.face) - luminance(b.face)) > 0.3
     styles = ramp(6)

@@ -8,14 +8,14 @@ import datetime
 import pytest
 import torch
 
-from attnbook import dates
-from attnbook.datafiles import DATA_DIR, DataFileError, record
-from attnbook.dropout_study import (
+from attnbook.tasks import dates
+from attnbook_tools.datafiles import DATA_DIR, DataFileError, record
+from attnbook_tools.dropout_study import (
     DROPOUT_RESULTS, DROPOUT_STUDY, dropout_checkpoint, dropout_pool, load_dropout_results, run_dropout_study,
 )
-from attnbook.encoder_decoder import (
-    DATES_CHECKPOINT, DATES_CONFIG, DATES_RESULTS, EncoderDecoder, evaluate_dates, load_dates_results, load_model,
-    save_model,
+from attnbook.models.encoder_decoder import EncoderDecoder
+from attnbook_tools.dates_model import (
+    DATES_CHECKPOINT, DATES_CONFIG, DATES_RESULTS, evaluate_dates, load_dates_results, load_model, save_model,
 )
 
 V = dates.VOCAB_SIZE

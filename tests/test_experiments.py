@@ -1,4 +1,4 @@
-"""Tests for attnbook.experiments: the shipped checkpoints load and work, the results file
+"""Tests for attnbook_tools.experiments: the shipped checkpoints load and work, the results file
 matches them, and a short retrain with the same seed is deterministic."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import pathlib
 import pytest
 import torch
 
-from attnbook.data import EOS, encode
-from attnbook.experiments import (
+from attnbook.tasks.reversal import EOS, encode
+from attnbook_tools.experiments import (
     DATA_DIR, RESULTS_FILE, checkpoint_path, load_checkpoint, load_results, run, save_checkpoint,
     train_one,
 )
-from attnbook.seq2seq_models import SCORE_NAMES
+from attnbook.models.builder import SCORE_NAMES
 
 SHIPPED = sorted(DATA_DIR.glob("seq2seq_*_seed*.pt"))
 

@@ -1,8 +1,8 @@
 """Every figure on the website is legible at the page's width, and the package's figures are too.
 
-``attnbook.notebook.glue`` measures each figure as the notebook stores it and keeps the result in
-the output's metadata (``metadata["attnbook"]["figure"]``, see ``attnbook.plots.figure_report``);
-``attnbook.widgets.explore`` does the same for each precomputed setting of a control. A chapter
+``attnbook_tools.notebook.glue`` measures each figure as the notebook stores it and keeps the result in
+the output's metadata (``metadata["attnbook"]["figure"]``, see ``attnbook_tools.plots.figure_report``);
+``attnbook_tools.widgets.explore`` does the same for each precomputed setting of a control. A chapter
 passes when every stored figure has that report and the report lists no problem: no text under
 8 pt once the figure is scaled to the column, no overlapping labels, no two series that differ
 only in hue. Today's violations are listed in tests/chapter_debts.py (rule "figures").
@@ -20,10 +20,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from attnbook import plots  # noqa: E402
-from attnbook.plots import legibility  # noqa: E402
-from attnbook.notebook import setup  # noqa: E402
-from attnbook.widgets import small_multiples  # noqa: E402
+from attnbook_tools import plots  # noqa: E402
+from attnbook_tools.plots import legibility  # noqa: E402
+from attnbook_tools.notebook import setup  # noqa: E402
+from attnbook_tools.widgets import small_multiples  # noqa: E402
 from chapter_debts import rule_test  # noqa: E402
 from test_notebooks import _is_image  # noqa: E402
 
@@ -43,7 +43,7 @@ def figure_violations(entry: str, nb) -> dict[str, str]:
                 continue
             if report is None:
                 found[key] = (f"{key} (cell {index}) was stored without a legibility report: re-execute the "
-                              "chapter (make execute) so that attnbook.notebook.glue measures it")
+                              "chapter (make execute) so that attnbook_tools.notebook.glue measures it")
             elif report.get("problems"):
                 found[key] = f"{key} (cell {index}): " + "; ".join(report["problems"])
     return found

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from attnbook import grading
-from attnbook.grading import Feedback, check
+from attnbook_classroom import grading
+from attnbook_classroom.grading import Feedback, check
 
 # ----------------------------------------------------------------------------------------------
 # Right answers, written the way a student would
@@ -187,8 +187,8 @@ def good_block_parameters(E, mlp_ratio):
 
 
 def good_greedy_decode(state, config, src, src_key_mask, steps):
-    from attnbook import dates
-    from attnbook.encoder_decoder import EncoderDecoder
+    from attnbook.tasks import dates
+    from attnbook.models.encoder_decoder import EncoderDecoder
 
     model = EncoderDecoder(**config)
     model.load_state_dict(state)
@@ -224,14 +224,14 @@ def good_cross_zeros(B, H, L, lengths):
 
 
 def _spread_answer(seed=0):
-    from attnbook.grading.ch08b_transformer_block import spreads_per_block
+    from attnbook_classroom.grading.ch08b_transformer_block import spreads_per_block
 
     return {"seed": seed, "no_norm": spreads_per_block("no_norm", seed)[-1],
             "post_norm": spreads_per_block("post_norm", seed)[-1]}
 
 
 def _padding_fraction_answer(seed=3):
-    from attnbook.data import PAD, ReversalTask, make_batch
+    from attnbook.tasks.reversal import PAD, ReversalTask, make_batch
 
     sources, targets = ReversalTask(min_len=4, max_len=24).sample(64, seed=seed)
     tgt_out = make_batch(sources, targets).tgt_out
@@ -266,7 +266,7 @@ def _rescales_answer(seed=7, tile_counts=None):
 
 
 def _weakest_month_answer():
-    from attnbook.grading.ch08c_cross_attention import month_weight_by_format
+    from attnbook_classroom.grading.ch08c_cross_attention import month_weight_by_format
 
     last, _ = month_weight_by_format()
     name = min(last, key=last.get)
@@ -964,7 +964,7 @@ def test_package_implementations_pass_their_exercises():
     from attnbook.functional import attention, masked_softmax
     from attnbook.masks import causal_mask, padding_mask
     from attnbook.scores import DotScore
-    from attnbook.seq2seq import attention_step
+    from attnbook.models.seq2seq import attention_step
 
     assert check("masked_softmax", masked_softmax).passed
     assert check("scaled_dot_product_attention", lambda q, k, v, mask=None: attention(q, k, v, mask)[0]).passed
@@ -987,7 +987,7 @@ def test_package_multi_head_module_passes():
 # ----------------------------------------------------------------------------------------------
 
 def test_exercises_live_in_chapter_modules_in_book_order_with_named_parts():
-    from attnbook.course import toc_chapters
+    from attnbook_classroom.course import toc_chapters
 
     chapters = [f"ch{c.stem}" for c in toc_chapters()]
     modules = [grading.EXERCISES[e].chapter for e in grading.exercise_ids()]
@@ -999,7 +999,7 @@ def test_exercises_live_in_chapter_modules_in_book_order_with_named_parts():
 
 def test_blocked_names_exist():
     """Every name an exercise blocks resolves, so a renamed function cannot slip through."""
-    from attnbook.grading.runner import _resolve
+    from attnbook_classroom.grading.runner import _resolve
 
     for exercise_id in grading.exercise_ids():
         for name in grading.EXERCISES[exercise_id].blocks:
@@ -1008,8 +1008,8 @@ def test_blocked_names_exist():
 
 def test_every_part_with_inputs_draws_them_from_its_seed():
     """A hidden test (another seed) gets other inputs, so answers tabled for the visible ones fail."""
-    from attnbook.grading.harness import PendingPart
-    from attnbook.grading.wire import dumps
+    from attnbook_classroom.grading.harness import PendingPart
+    from attnbook_classroom.grading.wire import dumps
 
     for exercise_id in grading.exercise_ids():
         for part in grading.parts(exercise_id):
@@ -1020,7 +1020,7 @@ def test_every_part_with_inputs_draws_them_from_its_seed():
 
 
 def test_fixed_answers_are_sealed():
-    from attnbook.grading import sealed
+    from attnbook_classroom.grading import sealed
 
     source = "".join(p.read_text() for p in pathlib.Path(grading.__file__).parent.glob("*.py"))
     for readable in ("'square': 'AC'", "square=AC", "hides the diagonal", "'bilinear' can"):
@@ -1033,7 +1033,7 @@ def test_fixed_answers_are_sealed():
 def test_results_cross_as_plain_data_under_a_cap():
     import numpy as np
 
-    from attnbook.grading import wire
+    from attnbook_classroom.grading import wire
 
     value = (torch.ones(2, 3).t(), {"a": [1, 2.5, None, "s"]}, {"x"}, torch.float16)
     back = wire.decode(wire.loads(wire.dumps(wire.encode(value))))
@@ -1071,7 +1071,7 @@ def test_experiments_follow_the_answer_they_are_given():
 
 def test_feedback_writes_the_scale_as_the_notation_page_does():
     """chapters/notation.md: the scale is 1/√D, with D the query/key width; never √E."""
-    from attnbook.grading import ch03_scaled_dot_product, mistakes
+    from attnbook_classroom.grading import ch03_scaled_dot_product, mistakes
 
     texts = [v for k, v in vars(mistakes).items() if k.startswith("M_")]
     feedback = check("scaled_dot_scores", lambda q, k: q @ k.transpose(-2, -1) / q.shape[-1])
@@ -1092,7 +1092,7 @@ CHAPTER_STEMS = sorted(p.stem for p in (pathlib.Path(__file__).resolve().parents
 _BLOCKS_PROGRAM = """
 import json, os, sys, traceback
 import torch, attnbook
-from attnbook.grading.runner import block
+from attnbook_classroom.grading.runner import block
 for stem, blocks, solutions in json.loads(sys.stdin.read()):
     read, write = os.pipe()
     pid = os.fork()

@@ -18,8 +18,8 @@ import pathlib
 import nbformat
 import pytest
 
-from attnbook.grading.sandbox import Sandbox, SandboxUnavailable, bwrap_command
-from attnbook.grading.submission import Submission, BadTestCell, grade_in_sandbox, parse_test_cell
+from attnbook_classroom.grading.sandbox import Sandbox, SandboxUnavailable, bwrap_command
+from attnbook_classroom.grading.submission import Submission, BadTestCell, grade_in_sandbox, parse_test_cell
 
 SECRET = bytes(range(32))
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -69,10 +69,10 @@ def hostile_run(course_folder):
         "socket.create_connection(('1.1.1.1', 53), timeout=2)",
         # patching the comparisons, the grader and its feedback
         "torch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\n"
-        "import attnbook.grading as g, attnbook.grading.compare as c\n"
+        "import attnbook_classroom.grading as g, attnbook_classroom.grading.compare as c\n"
         "g.Feedback.assert_passed = lambda self: self\nc.same = lambda *a, **k: True",
         "def wrong_mask(L, S):\n    return torch.zeros(L, S, dtype=torch.bool)",
-        "def sneaky(L, S):\n    import attnbook.grading.harness as h\n"
+        "def sneaky(L, S):\n    import attnbook_classroom.grading.harness as h\n"
         "    h.PendingPart.finish = lambda self, raws: []\n    return torch.zeros(L, S, dtype=torch.bool)",
         "from attnbook.masks import causal_mask\nborrowed = causal_mask",
         "def good(L, S):\n    return torch.ones(L, S, dtype=torch.bool).tril(S - L)",
@@ -186,7 +186,7 @@ def test_a_course_folder_the_sandbox_could_read_is_refused():
 def test_grading_refuses_without_bubblewrap(tmp_path):
     (tmp_path / "submitted").mkdir()
     env = {**os.environ, "PATH": os.path.dirname(sys.executable)}  # no /usr/bin: no bwrap
-    result = subprocess.run([sys.executable, "-m", "attnbook.course", "grade", "--root", str(tmp_path)],
+    result = subprocess.run([sys.executable, "-m", "attnbook_classroom.course", "grade", "--root", str(tmp_path)],
                             capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode != 0
     assert "Not grading" in result.stderr and "bubblewrap" in result.stderr
@@ -197,7 +197,7 @@ def test_every_chapters_solutions_pass_every_test_in_the_sandbox():
     """Each chapter's exercise notebook, answered with its own solutions (hidden tests in), graded
     as a class's would be: every test cell passes and no cell fails. (An exercise that blocks a
     name another exercise's experiment needs, or a solution too slow for the cell limit, fails here.)"""
-    from attnbook.course.notebooks import exercise_notebook, toc_chapters
+    from attnbook_classroom.course.notebooks import exercise_notebook, toc_chapters
 
     chapters = toc_chapters()
     subs = [Submission(exercise_notebook(chapter), secret=SECRET, student="solver", assignment=chapter.stem)

@@ -12,7 +12,7 @@ import json
 import pathlib
 import re
 
-from attnbook.datafiles import verified
+from attnbook_tools.datafiles import verified
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGE = ROOT / "chapters" / "instructors.md"
@@ -47,7 +47,7 @@ def target_sentence(result: dict) -> str:
 def test_the_page_says_whether_the_recorded_benchmark_meets_the_target():
     result = json.loads(verified(RECORD).read_text())
     assert result["students"] >= 100 and result["cores"] <= 2
-    assert result["chapters"] == len(list((ROOT / "src/attnbook/grading").glob("ch*.py"))), (
+    assert result["chapters"] == len(list((ROOT / "src/attnbook_classroom/grading").glob("ch*.py"))), (
         "the benchmark must cover every chapter's exercises; re-run `make grade-bench RECORD=1`")
     assert target_sentence(result) in _page_text(), (
         f"chapters/instructors.md must say, word for word:\n{target_sentence(result)}")

@@ -1,4 +1,4 @@
-"""Tests for attnbook.measure: the peak-memory walk and the median timer.
+"""Tests for attnbook_tools.measure: the peak-memory walk and the median timer.
 
 The memory tests allocate tensors of known sizes in known orders, so that each plausible mistake
 gives a different number: summing all allocations (ignoring frees), taking the largest single
@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbook import measure
-from attnbook.measure import memory_timeline, peak_memory_bytes, time_call
+from attnbook_tools import measure
+from attnbook_tools.measure import memory_timeline, peak_memory_bytes, time_call
 
 MB = 1_000_000  # 250,000 float32
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnbook.efficient import KVCache
+from attnbook.kv_cache import KVCache
 from attnbook.functional import attention
 from attnbook.masks import causal_mask, padding_mask
 from attnbook.multihead import CausalSelfAttention, MultiHeadAttention, merge_heads, split_heads
@@ -418,7 +418,7 @@ def test_mask_editor_passes_the_toggled_mask_to_draw(raises_naming):
     import matplotlib
 
     matplotlib.use("Agg")
-    from attnbook.widgets import mask_editor
+    from attnbook_tools.widgets import mask_editor
 
     seen = []
     widget = mask_editor(torch.randn(2, 3), lambda ax, mask: seen.append(mask))

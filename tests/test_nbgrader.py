@@ -3,7 +3,7 @@
 A small assignment written here (exercise cells in the book's format, a hand-graded written answer)
 and the real exercise notebook of chapter 7 are released; a handful of students submit: the
 instructor's solutions, an unanswered copy, typical mistakes, hostile code, a late submission, one
-through nbgrader's exchange; ``python -m attnbook.course grade`` grades them; nbgrader's own commands
+through nbgrader's exchange; ``python -m attnbook_classroom.course grade`` grades them; nbgrader's own commands
 then regrade, give feedback and hand it back. Then every chapter is released and checked.
 """
 
@@ -19,8 +19,8 @@ import sys
 import nbformat
 import pytest
 
-from attnbook.course import export_csv, grade, graded_cells, student_exercise_cells, toc_chapters
-from attnbook.course.folder import api
+from attnbook_classroom.course import export_csv, grade, graded_cells, student_exercise_cells, toc_chapters
+from attnbook_classroom.course.folder import api
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -120,7 +120,7 @@ HIDDEN_MARK = "seed=7"
 GIVEN = """import math
 
 import torch
-from attnbook.grading import check
+from attnbook_classroom.grading import check
 
 
 def masked_softmax(scores, mask=None):
@@ -195,11 +195,11 @@ def hostile_bodies(course: pathlib.Path) -> dict[str, tuple[str, str]]:
     Key -> (body, a phrase its feedback shows)."""
     return {
         # patch the grader's verdict and PyTorch's comparisons, then answer wrongly
-        "softmax": ("__import__('attnbook.grading', fromlist=['x']).Feedback.assert_passed = lambda self: self\n"
+        "softmax": ("__import__('attnbook_classroom.grading', fromlist=['x']).Feedback.assert_passed = lambda self: self\n"
                     "    torch.allclose = lambda *a, **k: True\n    torch.equal = lambda *a, **k: True\n"
                     "    return scores", "differs from the reference"),
         # patch the grader from inside the student's own function
-        "attention": ("import attnbook.grading.compare as c\n    c.same = lambda *a, **k: True\n"
+        "attention": ("import attnbook_classroom.grading.compare as c\n    c.same = lambda *a, **k: True\n"
                       "    return q", "Your output has shape"),
         # read the instructor's source (solutions and hidden tests) into the feedback
         "selfatt": (f"raise RuntimeError(open({str(course / 'source' / NAME / (NAME + '.ipynb'))!r}).read())",
@@ -248,7 +248,7 @@ def _solve(released: dict, student: dict) -> dict:
 
 
 def _course(*args, check=True):
-    result = subprocess.run([PY, "-m", "attnbook.course", *args], cwd=ROOT, env=ENV,
+    result = subprocess.run([PY, "-m", "attnbook_classroom.course", *args], cwd=ROOT, env=ENV,
                             capture_output=True, text=True, timeout=900)
     assert not check or result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
@@ -467,8 +467,8 @@ def check_unanswered_exercises_fail(released: pathlib.Path):
 
 def test_chapter_exercises_are_well_formed():
     """Static checks of every chapter's Exercises section (no nbgrader run)."""
-    from attnbook import grading
-    from attnbook.grading.submission import parse_test_cell
+    from attnbook_classroom import grading
+    from attnbook_classroom.grading.submission import parse_test_cell
 
     with_exercises = 0
     for chapter in toc_chapters():

@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import attnbook.notebook as notebook  # noqa: E402
+import attnbook_tools.notebook as notebook  # noqa: E402
 
 
 @pytest.fixture

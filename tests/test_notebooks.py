@@ -4,7 +4,7 @@ For each notebook: it is valid nbformat; it was executed top to bottom with no s
 first cell is the Colab-only install cell; it imports attnbook and never redefines a public name
 of the package (outside nbgrader solution cells); every glue reference has a glue() call; it has a
 "## Summary"; every figure it shows is a glued, numbered figure with alt text (or a setting of a
-control made by attnbook.widgets.explore).
+control made by attnbook_tools.widgets.explore).
 
 The book's other rules for the chapters have tests of their own: claims tied to figures
 (test_claims.py), notation (test_notation.py), reading order (test_reading_order.py), check cells,
@@ -29,6 +29,8 @@ import pytest
 from toc_notebooks import ROOT, toc_files
 
 import attnbook
+import attnbook_classroom
+import attnbook_tools
 
 # --- what to check ------------------------------------------------------------------------
 
@@ -134,10 +136,12 @@ def top_level_definitions(tree: ast.Module):
 def public_names() -> dict[str, str]:
     """Every public name of every attnbook module -> the module that has it."""
     names: dict[str, str] = {}
+    packages = [attnbook, attnbook_tools, attnbook_classroom]  # the library, the tooling, the classroom
     modules = [  # the modules first, so a name is reported where it is defined
         importlib.import_module(info.name)
-        for info in pkgutil.walk_packages(attnbook.__path__, prefix="attnbook.")
-    ] + [attnbook]
+        for package in packages
+        for info in pkgutil.walk_packages(package.__path__, prefix=package.__name__ + ".")
+    ] + packages
     for module in modules:
         exported = getattr(module, "__all__", None)
         if exported is None:
@@ -418,7 +422,7 @@ def _good_notebook():
     cells = [
         v4.new_code_cell(colab, execution_count=1, metadata={"tags": ["remove-cell"]}),
         v4.new_markdown_cell("# 1. Title"),
-        v4.new_code_cell("from attnbook import attention\nfrom attnbook.notebook import glue", execution_count=2),
+        v4.new_code_cell("from attnbook import attention\nfrom attnbook_tools.notebook import glue", execution_count=2),
         v4.new_code_cell(
             "glue('ch01-x', 0.5)\nglue('fig-01-a', fig)",
             execution_count=3,

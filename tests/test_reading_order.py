@@ -29,31 +29,14 @@ from test_notebooks import ENTRIES, allowed, notebook_or_none, parse_cell, publi
 
 ANYWHERE = "anywhere"
 
-# Tools: usable from the first page on. Teaching modules whose names are all introduced together.
+# The tooling and the classroom (attnbook_tools, attnbook_classroom) are usable from the first page
+# on: only the library's names are lessons. Library modules whose names are all introduced together:
 MODULE_TAUGHT_IN = {
-    "attnbook.notebook": ANYWHERE,
-    "attnbook.plots": ANYWHERE,
-    "attnbook.widgets": ANYWHERE,
-    "attnbook.grading": ANYWHERE,
-    "attnbook.measure": ANYWHERE,
-    "attnbook.bench": ANYWHERE,
-    "attnbook.experiments": ANYWHERE,
-    "attnbook.datafiles": ANYWHERE,
-    "attnbook.course": ANYWHERE,
-    "attnbook.diagrams": ANYWHERE,
-    "attnbook.runnable": ANYWHERE,
-    "attnbook.data": "chapters/01_seq2seq_bottleneck",
+    "attnbook.tasks.reversal": "chapters/01_seq2seq_bottleneck",
     "attnbook.train": "chapters/01_seq2seq_bottleneck",
-    "attnbook.ablations": "chapters/08b_transformer_block",
-    "attnbook.dates": "chapters/08c_cross_attention",
-    "attnbook.encoder_decoder": "chapters/08c_cross_attention",
-    "attnbook.dropout_study": "chapters/08c_cross_attention",
+    "attnbook.tasks.dates": "chapters/08c_cross_attention",
+    "attnbook.models.encoder_decoder": "chapters/08c_cross_attention",
 }
-# A subpackage's place is its modules' place: attnbook.grading.runner is a tool like attnbook.grading.
-for _info in pkgutil.walk_packages(attnbook.__path__, prefix="attnbook."):
-    _package = ".".join(_info.name.split(".")[:2])
-    if _info.name != _package and _package in MODULE_TAUGHT_IN:
-        MODULE_TAUGHT_IN[_info.name] = MODULE_TAUGHT_IN[_package]
 
 # Every public name of the other modules: where it is introduced (None: no chapter teaches it, so
 # no chapter may use it).
@@ -69,7 +52,7 @@ TAUGHT_IN = {
     "expand_key_mask": "chapters/07_masking",
     "apply_mask": "chapters/07_masking",
     "build_mask": "chapters/07_masking",
-    # attnbook.seq2seq
+    # attnbook.models.seq2seq
     "Encoder": "chapters/01_seq2seq_bottleneck",
     "BottleneckDecoder": "chapters/01_seq2seq_bottleneck",
     "Seq2Seq": None,  # what build_model returns; the chapters call build_model
@@ -92,7 +75,7 @@ TAUGHT_IN = {
     "split_heads": "chapters/08_multi_head_attention",
     "merge_heads": "chapters/08_multi_head_attention",
     "CausalSelfAttention": "chapters/08_multi_head_attention",
-    # attnbook.transformer
+    # attnbook.models.transformer
     "TinyTransformer": "chapters/08_multi_head_attention",
     "TransformerBlock": "chapters/08_multi_head_attention",
     # attnbook.block: the block's parts are the subject of chapter 8b, cross-attention of 8c
@@ -102,8 +85,7 @@ TAUGHT_IN = {
     "repeat_loss": "chapters/08_multi_head_attention",
     "train_repeat": "chapters/08_multi_head_attention",
     "evaluate_repeat": None,
-    "train_steps": None,  # the loop inside train_repeat (and the other transformers' training)
-    # attnbook.efficient: tiles and caches are the subject of chapter 9
+    # attnbook.tiled, attnbook.kv_cache: tiles and caches are the subject of chapter 9
     "tiled_attention": "chapters/09_attention_at_scale",
     "online_softmax_step": "chapters/09_attention_at_scale",
     "TILE_SCORES": "chapters/09_attention_at_scale",
@@ -144,7 +126,7 @@ def taught_in(name: str, module: str | None) -> str | None | bool:
 
 def used_names(tree: ast.AST) -> list[tuple[str, str | None]]:
     """(name, module) for every package name the code uses: imported from attnbook, or an attribute
-    of an attnbook module (``efficient.TILE_SCORES``, ``attnbook.masks.causal_mask``)."""
+    of an attnbook module (``tiled.TILE_SCORES``, ``attnbook.masks.causal_mask``)."""
     submodules = {m.__name__.rsplit(".", 1)[1] for m in _modules()}
     module_aliases: dict[str, str] = {}
     used = []
@@ -253,19 +235,19 @@ def test_the_chapter_the_map_names_shows_the_name(name):
 
 def test_used_names_finds_every_form_of_use():
     code = (
-        "from attnbook.efficient import KVCache\n"
-        "from attnbook import efficient, attention\n"
+        "from attnbook.kv_cache import KVCache\n"
+        "from attnbook import tiled, Attention\n"
         "import attnbook.masks as masks\n"
-        "x = efficient.TILE_SCORES\n"
+        "x = tiled.TILE_SCORES\n"
         "y = masks.causal_mask(3)\n"
         "z = attnbook.multihead.split_heads(q, 2)\n"
     )
     import nbformat
 
     found = set(used_names(parse_cell(nbformat.v4.new_code_cell(code))))
-    assert {("KVCache", "attnbook.efficient"), ("attention", "attnbook"), ("TILE_SCORES", "attnbook.efficient"),
+    assert {("KVCache", "attnbook.kv_cache"), ("Attention", "attnbook"), ("TILE_SCORES", "attnbook.tiled"),
             ("causal_mask", "attnbook.masks"), ("split_heads", "attnbook.multihead")} <= found
-    assert ("efficient", "attnbook") not in found  # importing a module uses nothing yet
+    assert ("tiled", "attnbook") not in found  # importing a module uses nothing yet
 
 
 def test_order_violations_on_a_small_notebook():
@@ -274,11 +256,11 @@ def test_order_violations_on_a_small_notebook():
     v4 = nbformat.v4
     first = ENTRIES[[i for i, e in enumerate(ENTRIES) if e.endswith("00_attention_at_a_glance")][0]]
     nb = v4.new_notebook(cells=[
-        v4.new_code_cell("from attnbook.functional import attention\nfrom attnbook.notebook import glue"),
-        v4.new_code_cell("from attnbook.efficient import KVCache"),
+        v4.new_code_cell("from attnbook.functional import attention\nfrom attnbook_tools.notebook import glue"),
+        v4.new_code_cell("from attnbook.kv_cache import KVCache"),
         v4.new_code_cell("from attnbook.masks import causal_mask",
                          metadata={"attnbook": {"allow": {"order:causal_mask": "a look ahead, said so"}}}),
-        v4.new_code_cell("from attnbook.transformer import evaluate_repeat"),
+        v4.new_code_cell("from attnbook.tasks.repeat import evaluate_repeat"),
     ])
     found = order_violations(first, nb)
     assert set(found) == {"KVCache", "evaluate_repeat"}

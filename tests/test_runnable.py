@@ -17,10 +17,10 @@ import re
 import nbformat
 import pytest
 
-from attnbook.runnable import (EDITION_DIR, Book, RunnableError, copy_missing,
+from runnable import (EDITION_DIR, Book, RunnableError, copy_missing,
                                edition_notebooks, exercises_start, filled_copy, runnable_notebook,
                                stale_notebooks, write_filled_copies)
-from attnbook.runnable.syntax import without_code
+from runnable.syntax import without_code
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BOOK = Book(ROOT)
@@ -106,7 +106,7 @@ def test_every_cell_before_the_exercises_ran_and_keeps_the_chapters_outputs(chap
     exercises has an execution count (1, 2, ... in order) and the outputs its chapter stored,
     every one of them (a control's precomputed states become the still of its initial setting);
     the exercises in student form have not run (no outputs, no counts)."""
-    from attnbook.widgets import is_precomputed_state
+    from attnbook_tools.widgets import is_precomputed_state
 
     nb, src = edition(chapter), source(chapter)
     by_id = {c.id: c for c in src.cells if c.cell_type == "code"}
@@ -145,7 +145,7 @@ def test_every_cell_before_the_exercises_ran_and_keeps_the_chapters_outputs(chap
 
 
 def _exercises(nb) -> list:
-    from attnbook.course import exercise_section
+    from attnbook_classroom.course import exercise_section
 
     return exercise_section(nb)
 

@@ -1,4 +1,4 @@
-"""Tests for attnbook.seq2seq: attention_step against closed forms, shapes, masking of padding,
+"""Tests for attnbook.models.seq2seq: attention_step against closed forms, shapes, masking of padding,
 greedy decoding and clear errors."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from torch import nn
 from torch.testing import assert_close
 
 from attnbook.attention import Attention
-from attnbook.data import EOS, PAD, VOCAB_SIZE, ReversalTask, make_batch
+from attnbook.tasks.reversal import EOS, PAD, VOCAB_SIZE, ReversalTask, make_batch
 from attnbook.functional import attention
 from attnbook.masks import padding_mask
 from attnbook.scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
-from attnbook.seq2seq import AttentionDecoder, BottleneckDecoder, Encoder, Seq2Seq, attention_step
-from attnbook.seq2seq_models import SCORE_NAMES, build_model, make_score
+from attnbook.models.seq2seq import AttentionDecoder, BottleneckDecoder, Encoder, Seq2Seq, attention_step
+from attnbook.models.builder import SCORE_NAMES, build_model, make_score
 
 F64 = torch.float64
 

@@ -9,11 +9,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnbook import efficient, tiled
+from attnbook import tiled
 from attnbook.functional import attention
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask
-from attnbook.measure import peak_memory_bytes
+from attnbook_tools.measure import peak_memory_bytes
 from attnbook.tiled import tiled_attention
 
 TOL = {torch.float64: dict(atol=1e-10, rtol=1e-10), torch.float32: dict(atol=1e-5, rtol=1e-5)}
@@ -178,9 +178,8 @@ def test_tiled_attention_rejects_bad_block_size(block_size, error, raises_naming
         tiled_attention(q, q, q, block_size=block_size)
 
 
-def test_efficient_re_exports_the_two_modules():
-    assert efficient.tiled_attention is tiled_attention and efficient.KVCache is KVCache
-    assert efficient.TILE_SCORES == tiled.TILE_SCORES == 2**20
+def test_tile_size_is_four_mebibytes_of_fp32_scores():
+    assert tiled.TILE_SCORES == 2**20
 
 
 def test_tiled_attention_rejects_bad_inputs(raises_naming):

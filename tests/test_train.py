@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbook.data import EOS, PAD, ReversalTask
-from attnbook.seq2seq_models import build_model
+from attnbook.tasks.reversal import EOS, PAD, ReversalTask
+from attnbook.models.builder import build_model
 from attnbook.train import Evaluation, evaluate, predict, sequence_loss, train
 
 SMALL = ReversalTask(min_len=2, max_len=5)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from attnbook.positions import LearnedPositions, sinusoidal_positions
-from attnbook.transformer import TinyTransformer, evaluate_repeat, repeat_batch, repeat_loss, train_repeat
+from attnbook.models.transformer import TinyTransformer
+from attnbook.tasks.repeat import evaluate_repeat, repeat_batch, repeat_loss, train_repeat
 
 V, MAX = 11, 20
 

@@ -1,4 +1,4 @@
-"""Tests for attnbook.widgets: the sliders' options, and that the live and static views call the
+"""Tests for attnbook_tools.widgets: the sliders' options, and that the live and static views call the
 same drawing function with the right settings."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from attnbook.widgets import interact_on_axes, log_slider, power_of_two_slider, small_multiples  # noqa: E402
+from attnbook_tools.widgets import interact_on_axes, log_slider, power_of_two_slider, small_multiples  # noqa: E402
 
 
 def test_power_of_two_slider_options():
@@ -88,8 +88,8 @@ import base64  # noqa: E402
 
 import nbformat  # noqa: E402
 
-from attnbook.plots import png_size  # noqa: E402
-from attnbook.widgets import MAX_STATES, Explorer, dropdown, precomputing, slider  # noqa: E402
+from attnbook_tools.plots import png_size  # noqa: E402
+from attnbook_tools.widgets import MAX_STATES, Explorer, dropdown, precomputing, slider  # noqa: E402
 
 
 def _draw_bars(ax, D, kind="unscaled"):
@@ -190,8 +190,8 @@ def test_a_headless_kernel_stores_the_settings_and_no_live_widget(tmp_path):
     nb = v4.new_notebook(cells=[
         v4.new_code_cell(
             "import matplotlib\n"
-            "from attnbook.notebook import setup\n"
-            "from attnbook.widgets import explore, mask_editor, slider\n"
+            "from attnbook_tools.notebook import setup\n"
+            "from attnbook_tools.widgets import explore, mask_editor, slider\n"
             "import torch\n"
             "setup()\n"
             "def draw(ax, D):\n"
@@ -208,21 +208,4 @@ def test_a_headless_kernel_stores_the_settings_and_no_live_widget(tmp_path):
     assert nb.cells[2].outputs == []  # the mask editor is live only: nothing stored for the website
 
 
-# --- the package's layout: one module per kind of control, every name imported from attnbook.widgets
 
-
-def test_every_name_is_imported_from_attnbook_widgets_and_lives_with_its_kind():
-    import attnbook.widgets as widgets
-
-    homes = {
-        "precomputed": {"slider", "dropdown", "Control", "explore", "Explorer", "precomputing",
-                        "is_precomputed_state"},
-        "live": {"power_of_two_slider", "log_slider", "interact_on_axes"},
-        "editor": {"mask_editor"},
-        "static": {"small_multiples"},
-    }
-    assert set(widgets.__all__) == set().union(*homes.values()) | {"MAX_STATES"}
-    for module, names in homes.items():
-        for name in names:
-            assert getattr(widgets, name).__module__ == f"attnbook.widgets.{module}", name
-    assert widgets.MAX_STATES == widgets.precomputed.MAX_STATES

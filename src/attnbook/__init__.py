@@ -12,15 +12,15 @@ scores; a 2-D mask is (L, S); a (B, S) padding mask goes in the argument ``key_m
 the module with ``from attnbook.attention import ...``.
 """
 
-from .attention import Attention, attention
-from .data import ReversalTask
-from .functional import masked_softmax
-from .masks import causal_mask, combine_masks, padding_mask
-from .multihead import CausalSelfAttention, MultiHeadAttention
-from .scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
-from .seq2seq import Seq2Seq, attention_step
-from .seq2seq_models import build_model
-from .transformer import TinyTransformer
+from attnbook.attention import Attention, attention
+from attnbook.tasks.reversal import ReversalTask
+from attnbook.functional import masked_softmax
+from attnbook.masks import causal_mask, combine_masks, padding_mask
+from attnbook.multihead import CausalSelfAttention, MultiHeadAttention
+from attnbook.scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
+from attnbook.models.seq2seq import Seq2Seq, attention_step
+from attnbook.models.builder import build_model
+from attnbook.models.transformer import TinyTransformer
 
 __all__ = ["attention", "masked_softmax", "causal_mask", "combine_masks", "padding_mask",
            "Attention", "DotScore", "ScaledDotScore", "BilinearScore", "AdditiveScore",

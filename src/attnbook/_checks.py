@@ -285,3 +285,91 @@ def token_ids(where: str, name: str, value: object, vocab_size: int) -> Tensor:
             raise ValueError(f"{where}: `{name}` holds the id {bad}, outside the vocabulary of "
                              f"vocab_size={vocab_size} (ids 0..{vocab_size - 1})")
     return value
+
+
+# ----------------------------------------------------------------------------- models, tasks, training
+# (used by attnbook.models, attnbook.tasks and attnbook.train)
+def instance(where: str, name: str, value: object, kind: type | tuple[type, ...], what: str) -> object:
+    """``value`` if it is an instance of ``kind`` (described to the reader as ``what``)."""
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise TypeError(f"{where}: `{name}` must be {what}; got {described(value)}")
+    return value
+
+
+def integer(where: str, name: str, value: object) -> int:
+    """``value`` if it is an int (any sign, not a bool), such as a seed."""
+    return instance(where, name, value, int, "an int")
+
+
+def positive_number(where: str, name: str, value: object) -> float:
+    """``value`` if it is a finite real number > 0 (a learning rate, a clipping norm)."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{where}: `{name}` must be a positive finite number; got {described(value)}")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{where}: `{name}` must be a positive finite number; got {value!r}")
+    return value
+
+
+def in_range(where: str, name: str, value: object, low: object, high: object, *, kind: type = int,
+             what: str = "an int", why: str = "") -> object:
+    """``value`` if it is a ``kind`` (an int unless told) in ``low..high``; ``why`` explains the bounds."""
+    instance(where, name, value, kind, f"{what} in {low}..{high}{why}")
+    if not low <= value <= high:
+        raise ValueError(f"{where}: `{name}` must be {what} in {low}..{high}{why}; got {value!r}")
+    return value
+
+
+def subset(where: str, name: str, values: object, choices: tuple) -> tuple:
+    """``values`` as a tuple, if it is a non-empty collection of names from ``choices``."""
+    values = tuple(values) if isinstance(values, (list, tuple)) else (values,)
+    if not values or any(v not in choices for v in values):
+        raise ValueError(f"{where}: `{name}` must be names from {sorted(choices)}; got {list(values)}")
+    return values
+
+
+def size(where: str, name: str, t: Tensor, dim: int, expected: int, what: str) -> None:
+    """Raise a ValueError unless ``t.shape[dim] == expected``; ``what`` names that size for the reader
+    (``"the batch size B of `src`"``, ``"the width E"``)."""
+    if t.shape[dim] != expected:
+        raise ValueError(f"{where}: `{name}` must have {what} = {expected} (dim {dim}); got shape {shape(t)}")
+
+
+def length(where: str, name: str, tokens: Tensor, low: int, high: int, why: str = "") -> None:
+    """Raise a ValueError unless the sequences ``tokens`` (B, L) hold ``low..high`` positions each."""
+    if not low <= tokens.shape[-1] <= high:
+        raise ValueError(f"{where}: `{name}` holds {tokens.shape[-1]} positions per sequence; expected "
+                         f"{low}..{high}{why}")
+
+
+def lengths(where: str, name: str, value: object, B: int, S: int) -> Tensor:
+    """The true lengths of B padded sequences of S positions: a long tensor (B,) of ints in 1..S."""
+    tensor(where, name, value, letters="B")
+    if value.dtype != torch.long:
+        raise TypeError(f"{where}: `{name}` must be a long tensor (B,); got dtype {value.dtype}")
+    size(where, name, value, 0, B, "one length per sequence, B")
+    if B and (int(value.min()) < 1 or int(value.max()) > S):
+        raise ValueError(f"{where}: `{name}` must lie in 1..S = 1..{S}; got {value.tolist()}")
+    return value
+
+
+def every_row_has_a_key(where: str, value: Tensor | None) -> None:
+    """Raise a ValueError if a row of the (B, S) ``key_mask`` is all False (a source with no real token)."""
+    if value is not None and value.numel() and not bool(value.any(dim=-1).all()):
+        row = int((~value.any(dim=-1)).nonzero()[0, 0])
+        raise ValueError(f"{where}: `key_mask` row {row} is all False: every source needs a real token")
+
+
+def sequence_of(where: str, name: str, value: object, kind: type, count: int, what: str) -> list:
+    """``value`` if it is a list or tuple of ``count`` instances of ``kind`` (``what`` describes it)."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, kind) for v in value):
+        raise TypeError(f"{where}: `{name}` must be {what}; got {described(value)}")
+    if len(value) != count:
+        raise ValueError(f"{where}: `{name}` must hold {count} ({what}); got {len(value)}")
+    return list(value)
+
+
+def paired(where: str, a_name: str, a: object, b_name: str, b: object) -> None:
+    """Raise a ValueError unless the collections ``a`` and ``b`` are non-empty and equally long."""
+    if len(a) != len(b) or not len(a):
+        raise ValueError(f"{where}: `{a_name}` and `{b_name}` must be non-empty and equally long; got "
+                         f"{len(a)} and {len(b)}")

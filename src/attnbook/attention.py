@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from . import _checks as check
-from .functional import attention, masked_softmax
-from .masks import build_mask
+from attnbook import _checks as check
+from attnbook.functional import attention, masked_softmax
+from attnbook.masks import build_mask
 
 __all__ = ["Attention", "attention"]
 

@@ -3,7 +3,7 @@
 A block is a stack of *sub-layers*. Each sub-layer computes some function f of the sequence
 (self-attention, cross-attention or the MLP) and is wrapped the same way:
 
-* pre-norm (the default, as in GPT-2 and :class:`attnbook.transformer.TinyTransformer`):
+* pre-norm (the default, as in GPT-2 and :class:`attnbook.models.transformer.TinyTransformer`):
   ``x + dropout(f(LayerNorm(x)))``;
 * post-norm (the original Transformer of Vaswani et al., 2017): ``LayerNorm(x + dropout(f(x)))``;
 * without normalisation: ``x + dropout(f(x))``; without the residual path, the ``x +`` is dropped.
@@ -31,9 +31,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from . import _checks as check
-from .kv_cache import KVCache
-from .multihead import CausalSelfAttention, MultiHeadAttention
+from attnbook import _checks as check
+from attnbook.kv_cache import KVCache
+from attnbook.multihead import CausalSelfAttention, MultiHeadAttention
 
 __all__ = ["NORM_POSITIONS", "TransformerBlock", "DecoderBlock"]
 

@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import _checks as check
-from .masks import apply_mask, build_mask
+from attnbook import _checks as check
+from attnbook.masks import apply_mask, build_mask
 
 __all__ = ["masked_softmax", "attention", "fused_attention", "split_heads", "merge_heads"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import _checks as check
+from attnbook import _checks as check
 
 __all__ = ["KVCache"]
 

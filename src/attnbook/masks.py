@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from . import _checks as check
+from attnbook import _checks as check
 
 __all__ = ["padding_mask", "causal_mask", "expand_key_mask", "combine_masks", "apply_mask", "build_mask"]
 

@@ -33,9 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import _checks as check
-from .functional import attention, fused_attention, merge_heads, split_heads
-from .kv_cache import KVCache
+from attnbook import _checks as check
+from attnbook.functional import attention, fused_attention, merge_heads, split_heads
+from attnbook.kv_cache import KVCache
 
 __all__ = ["MultiHeadAttention", "CausalSelfAttention", "split_heads", "merge_heads"]
 

@@ -1,7 +1,7 @@
 """Positions: self-attention alone cannot tell where a token sits, so positions are added to the inputs.
 
 Two common choices: fixed sinusoids (Vaswani et al., 2017) and a learned table (one trainable
-vector per position, as in GPT-style models and :class:`attnbook.transformer.TinyTransformer`).
+vector per position, as in GPT-style models and :class:`attnbook.models.transformer.TinyTransformer`).
 
 Shapes:
     L positions, E model width.
@@ -16,7 +16,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from . import _checks as check
+from attnbook import _checks as check
 
 __all__ = ["sinusoidal_positions", "LearnedPositions"]
 

@@ -21,7 +21,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from . import _checks as check
+from attnbook import _checks as check
 
 __all__ = ["DotScore", "ScaledDotScore", "BilinearScore", "AdditiveScore"]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import _checks as check
-from .functional import LOW_PRECISION
-from .masks import apply_mask, causal_mask, combine_masks, expand_key_mask
+from attnbook import _checks as check
+from attnbook.functional import LOW_PRECISION
+from attnbook.masks import apply_mask, causal_mask, combine_masks, expand_key_mask
 
 __all__ = ["tiled_attention", "online_softmax_step", "TILE_SCORES"]
 

@@ -1,22 +1,26 @@
-"""Training and evaluating the seq2seq models.
+"""Training and evaluating: the book's one training loop, and the seq2seq models' measurements.
 
-:func:`train` runs Adam with teacher forcing and gradient clipping on freshly sampled batches,
-showing a progress bar (``tqdm.auto``: a widget in Jupyter, text elsewhere). :func:`evaluate`
-decodes greedily and measures exact match (the whole output right, EOS included) and token
-accuracy, for each source length.
+:func:`train_steps` is the loop every model of the book trains with: draw a batch and compute its
+loss, back-propagate, clip the gradient norm, take an optimizer step. A caller brings its own
+optimizer and a ``batch_loss()`` that samples a batch and returns its loss; :func:`train` is the
+seq2seq chapters' caller (Adam, teacher forcing on fresh reversal batches), and
+:func:`attnbook.tasks.repeat.train_repeat` and :func:`attnbook_tools.dates_model.train_dates` are
+the transformers'. :func:`sequence_loss` is the loss of every sequence-to-sequence model.
+
+:func:`evaluate` decodes greedily and measures exact match (the whole output right, EOS
+included) and token accuracy, for each source length.
 
 Everything is deterministic given ``seed`` and the model's initial weights.
 
 Shapes:
-    B batch, S source length, T target length, V vocabulary size.
-    sequence_loss: logits (B, T, V), tgt_out (B, T) -> scalar
+    B batch, S source length, L target length, V vocabulary size.
+    sequence_loss: logits (B, L, V), tgt_out (B, L) -> scalar
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -24,10 +28,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from . import _checks as check
-from .data import EOS, PAD, ReversalTask, pad_sequences
+from attnbook import _checks as check
+from attnbook.tasks.reversal import EOS, PAD, ReversalTask, pad_sequences
 
 __all__ = [
+    "train_steps",
     "sequence_loss",
     "TrainResult",
     "train",
@@ -41,18 +46,60 @@ __all__ = [
 DEFAULT_BUCKETS = ((4, 8), (9, 13), (14, 18), (19, 24))
 
 
-def sequence_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
-    """Mean cross-entropy over the real target tokens (PAD positions are ignored).
+def train_steps(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    steps: int,
+    batch_loss: Callable[[], Tensor],
+    schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
+    *,
+    clip: float = 1.0,
+    progress: bool = False,
+    desc: str | None = None,
+) -> list[float]:
+    """The book's training loop: ``steps`` times, draw a batch and compute its loss
+    (``batch_loss()``), back-propagate, clip the gradient norm to ``clip``, step ``optimizer``
+    (and ``schedule``). Returns the loss of every step.
+
+    ``model`` trains in train mode and is left in eval mode. With ``progress`` a progress bar
+    (``tqdm.auto``: a widget in Jupyter, text elsewhere) shows the loss every 50 steps.
 
     Shapes:
-        logits (B, T, V), tgt_out (B, T) -> scalar
+        batch_loss() -> loss (); returns steps floats
     """
-    if logits.dim() != 3 or tgt_out.dim() != 2 or logits.shape[:2] != tgt_out.shape:
-        raise ValueError(
-            f"sequence_loss: `logits` (B, T, V) and `tgt_out` (B, T) must agree on (B, T); got "
-            f"{tuple(logits.shape)} and {tuple(tgt_out.shape)}"
-        )
-    return F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)  # (B·T, V) vs (B·T,)
+    check.positive_int("train_steps", "steps", steps)
+    check.positive_number("train_steps", "clip", clip)
+    model.train()
+    losses = []
+    bar = tqdm(range(steps), desc=desc or "training", disable=not progress, mininterval=0.5)
+    for step in bar:
+        loss = batch_loss()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if schedule is not None:
+            schedule.step()
+        losses.append(loss.item())
+        if progress and step % 50 == 0:
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    bar.close()
+    model.eval()
+    return losses
+
+
+def sequence_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
+    """Mean cross-entropy of the next-token predictions over the real target tokens (PAD
+    positions are ignored).
+
+    Shapes:
+        logits (B, L, V), tgt_out (B, L) -> scalar
+    """
+    check.tensor("sequence_loss", "logits", logits, letters="B, L, V", floating=True)
+    check.tensor("sequence_loss", "tgt_out", tgt_out, letters="B, L")
+    check.size("sequence_loss", "tgt_out", tgt_out, 0, logits.shape[0], "the batch size B of `logits`")
+    check.size("sequence_loss", "tgt_out", tgt_out, 1, logits.shape[1], "the length L of `logits`")
+    return F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)  # (B·L, V) vs (B·L,)
 
 
 @dataclass
@@ -78,52 +125,36 @@ def train(
     progress: bool = True,
     desc: str | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place on ``steps`` fresh batches of ``task`` with teacher forcing.
+    """Train a seq2seq ``model`` in place on ``steps`` fresh batches of ``task`` (reversal by
+    default) with teacher forcing, through :func:`train_steps`.
 
     Adam with learning rate ``lr``; the gradient norm is clipped to ``clip``. The batches are
     drawn from a generator seeded with ``seed``, so two runs from the same initial weights give
     the same weights.
 
     Shapes:
-        each batch: src (batch_size, S), tgt_in and tgt_out (batch_size, T)
+        each batch: src (batch_size, S), tgt_in and tgt_out (batch_size, L)
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"train: `model` must be an nn.Module; got {type(model).__name__}")
     task = ReversalTask() if task is None else task
-    if not isinstance(task, ReversalTask):
-        raise TypeError(f"train: `task` must be a ReversalTask or None; got {type(task).__name__}")
+    check.instance("train", "model", model, nn.Module, "an nn.Module")
+    check.instance("train", "task", task, ReversalTask, "a ReversalTask or None")
     check.positive_int("train", "steps", steps)
     check.positive_int("train", "batch_size", batch_size)
-    for name, value in (("lr", lr), ("clip", clip)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"train: `{name}` must be a positive finite number; got {check.described(value)}")
-        if not value > 0 or not math.isfinite(value):
-            raise ValueError(f"train: `{name}` must be a positive finite number; got {value!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"train: `seed` must be an int; got {seed!r}")
-
+    check.positive_number("train", "lr", lr)
+    check.positive_number("train", "clip", clip)
+    check.integer("train", "seed", seed)
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    result = TrainResult()
-    model.train()
-    start = time.perf_counter()
-    bar = tqdm(range(steps), desc=desc or "training", disable=not progress, mininterval=0.5)
-    for step in bar:
+
+    def batch_loss() -> Tensor:
         batch = task.sample_batch(batch_size, generator)
-        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
-        loss = sequence_loss(logits, batch.tgt_out)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        result.losses.append(loss.item())
-        if progress and step % 50 == 0:
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-    bar.close()
-    result.seconds = time.perf_counter() - start
-    model.eval()
-    return result
+        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, L, V)
+        return sequence_loss(logits, batch.tgt_out)
+
+    start = time.perf_counter()
+    losses = train_steps(model, optimizer, steps, batch_loss, clip=clip, progress=progress, desc=desc)
+    return TrainResult(losses, time.perf_counter() - start)
 
 
 @torch.no_grad()
@@ -187,8 +218,7 @@ class Evaluation:
         Shapes:
             no tensors
         """
-        if metric not in ("exact", "token"):
-            raise ValueError(f"Evaluation.bucketed: `metric` must be 'exact' or 'token'; got {metric!r}")
+        check.one_of("Evaluation.bucketed", "metric", metric, ("exact", "token"))
         values = getattr(self, metric)
         out = {}
         for low, high in buckets:
@@ -205,8 +235,8 @@ class Evaluation:
         Shapes:
             no tensors
         """
-        if length not in self.lengths:
-            raise ValueError(f"Evaluation.at: `length` {length} was not evaluated; have {self.lengths}")
+        check.one_of("Evaluation.at", "length", length, tuple(self.lengths))
+        check.one_of("Evaluation.at", "metric", metric, ("exact", "token"))
         return getattr(self, metric)[self.lengths.index(length)]
 
     def to_dict(self) -> dict:
@@ -238,11 +268,7 @@ def evaluate(
     Shapes:
         N sources, N targets -> per-length lists (one entry per distinct source length)
     """
-    if len(sources) != len(targets) or len(sources) == 0:
-        raise ValueError(
-            f"evaluate: `sources` and `targets` must be non-empty and equally long; got "
-            f"{len(sources)} and {len(targets)}"
-        )
+    check.paired("evaluate", "sources", sources, "targets", targets)
     predictions, _ = predict(model, sources, batch_size)
     per_length: dict[int, list[int]] = {}  # length -> [exact hits, correct tokens, tokens, count]
     for source, target, output in zip(sources, targets, predictions):
@@ -273,11 +299,7 @@ def accuracy_by_position(
     Shapes:
         N targets, N outputs -> (longest target,)
     """
-    if len(targets) != len(outputs) or len(targets) == 0:
-        raise ValueError(
-            f"accuracy_by_position: `targets` and `outputs` must be non-empty and equally long; "
-            f"got {len(targets)} and {len(outputs)}"
-        )
+    check.paired("accuracy_by_position", "targets", targets, "outputs", outputs)
     longest = max(len(t) for t in targets)
     hits, totals = [0] * longest, [0] * longest
     for target, output in zip(targets, outputs):

@@ -20,11 +20,13 @@ an error in the browser. Each page gets every script once.
 from __future__ import annotations
 
 import os
+import sys
 import re
 
 from docutils import nodes
 
-from attnbook.runnable.book import chapter_number  # the runnable edition numbers figures the same way
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bookbuild"))
+from runnable.book import chapter_number  # the runnable edition numbers figures the same way
 
 CHECK_FIRST_LINE = re.compile(r"^\s*#\s*Check\b")
 

@@ -1,6 +1,6 @@
 """Sphinx extension: the chapters' controls on a website without a kernel.
 
-A chapter's ``attnbook.widgets.explore(...)`` stores, when the book executes the notebook, one
+A chapter's ``attnbook_tools.widgets.explore(...)`` stores, when the book executes the notebook, one
 ``image/png`` output per setting, each with ``metadata["attnbook"]["control"]`` (its control's id,
 the option indices of its setting, its alt text and the controls' description). While a page is
 read, this extension finds those images in the page (MyST-NB names each image file after the

@@ -96,7 +96,7 @@ def _read(notebook: Path):
 
 
 def stored_controls(page: str) -> dict[str, list[dict]]:
-    """The precomputed controls (attnbook.widgets.explore) the page's notebook stores: id -> settings."""
+    """The precomputed controls (attnbook_tools.widgets.explore) the page's notebook stores: id -> settings."""
     notebook = notebook_for(page)
     return control_states(_read(notebook)) if notebook is not None else {}
 

@@ -8,7 +8,7 @@ lands nowhere, and the slider keeps its setting).
 
 The mechanism is tested on a small site built here with the book's own extensions
 (tests/site_fixture.py: a slider and a dropdown, six settings); every control the real chapters
-store (attnbook.widgets.explore) is then moved on the built book the same way.
+store (attnbook_tools.widgets.explore) is then moved on the built book the same way.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def test_demo_control_without_script_shows_the_initial_setting(browser, demo_sit
 def test_every_control_of_the_book_moves(visit, name):
     controls = stored_controls(name)
     if not controls:
-        pytest.skip(f"{name}: no precomputed control (attnbook.widgets.explore) on this page")
+        pytest.skip(f"{name}: no precomputed control (attnbook_tools.widgets.explore) on this page")
     page = visit(name).page
     for control_id, settings in controls.items():
         move_every_input(page, control_id, settings)

@@ -4,7 +4,7 @@ the site's.
 
 The narrowest desktop layout is a 1200-pixel window with both sidebars (below that the left
 sidebar folds away and the column grows). There a figure is shown at most
-attnbook.plots.PAGE_FIGURE_WIDTH_PX wide and a code block holds tests/test_cells.SITE_CODE_COLUMNS
+attnbook_tools.plots.PAGE_FIGURE_WIDTH_PX wide and a code block holds tests/test_cells.SITE_CODE_COLUMNS
 characters; the figure-legibility and line-length checks use those numbers.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from site_pages import CHAPTERS_WITH_NOTEBOOKS, VIEWPORT, stored_controls, toc_pages
 from test_controls import assert_clicks_select_the_nearest_setting, click_sweep
 
-from attnbook.plots import PAGE_FIGURE_WIDTH_PX
+from attnbook_tools.plots import PAGE_FIGURE_WIDTH_PX
 from chapter_debts import DEBTS
 from test_cells import SITE_CODE_COLUMNS
 
@@ -64,7 +64,7 @@ def test_layout_widths_are_those_the_unit_tests_assume(narrow):
     )
     assert measured["figureWidth"] == pytest.approx(PAGE_FIGURE_WIDTH_PX, abs=1), (
         f"figures are shown {measured['figureWidth']} px wide at most, not {PAGE_FIGURE_WIDTH_PX}: "
-        "update attnbook.plots.PAGE_FIGURE_WIDTH_PX")
+        "update attnbook_tools.plots.PAGE_FIGURE_WIDTH_PX")
     assert measured["columns"] >= SITE_CODE_COLUMNS, (
         f"a code block holds {measured['columns']} characters, fewer than tests/test_cells.SITE_CODE_COLUMNS")
 

@@ -3,7 +3,7 @@
 `make lab` copies the edition into a fresh working folder and serves JupyterLab on 127.0.0.1 (a
 free port, a token). The test opens chapter 0, checks that its stored outputs show before anything
 runs (every image the file stores, captions, glued numbers), runs every cell, then moves the
-temperature slider of its control (an `attnbook.widgets.explore` control: an ipywidgets VBox of a
+temperature slider of its control (an `attnbook_tools.widgets.explore` control: an ipywidgets VBox of a
 SelectionSlider above an ipywidgets Image shown from a blob URL), with the keyboard and then with
 the mouse, and checks each time that the kernel redrew the image: the PNG bytes behind the blob
 URL change visibly, and the image's description under it names the new setting. Every request to anything

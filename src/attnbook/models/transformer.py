@@ -1,0 +1,175 @@
+"""A tiny decoder-only (causal) transformer.
+
+The model: token embedding + learned positions, then ``num_layers`` pre-norm blocks
+(``x + attention(norm(x))``, then ``x + mlp(norm(x))``), a final layer norm and a linear read-out to
+the vocabulary. The attention is :class:`attnbook.multihead.CausalSelfAttention`, so the model can
+decode with a :class:`attnbook.kv_cache.KVCache` per layer, through the same forward.
+
+It learns the repeat task of :mod:`attnbook.tasks.repeat`.
+
+Shapes:
+    B batch, L tokens (new tokens when decoding with caches), S positions seen so far, E width,
+    H heads, V vocabulary size.
+    TinyTransformer: tokens (B, L) -> logits (B, L, V)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnbook import _checks as check
+from attnbook.block import TransformerBlock
+from attnbook.kv_cache import KVCache
+from attnbook.positions import LearnedPositions
+
+__all__ = ["TinyTransformer"]
+
+
+class TinyTransformer(nn.Module):
+    """A small pre-norm causal transformer language model.
+
+    Args:
+        vocab_size: V.
+        max_len: the most positions (prompt and generated tokens together).
+        embed_dim: E.
+        num_heads: H.
+        num_layers: the number of blocks.
+        mlp_ratio: the MLP's hidden width is ``mlp_ratio * embed_dim``.
+        dropout: dropout in attention and MLP, in training only.
+        backend: "math" (can return weights) or "sdpa" (fused).
+
+    Shapes:
+        forward: tokens (B, L) -> logits (B, L, V); with ``need_weights=True`` also a list with one
+        (B, H, L, S) tensor per layer.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        embed_dim: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        mlp_ratio: int = 4,
+        dropout: float = 0.0,
+        *,
+        backend: str = "math",
+    ) -> None:
+        super().__init__()
+        for name, value in (("vocab_size", vocab_size), ("max_len", max_len), ("num_layers", num_layers)):
+            check.positive_int("TinyTransformer", name, value)
+        self.vocab_size, self.max_len = vocab_size, max_len
+        self.embed_dim, self.num_heads, self.num_layers = embed_dim, num_heads, num_layers
+        self.token_embedding = nn.Embedding(vocab_size, embed_dim)
+        nn.init.normal_(self.token_embedding.weight, std=0.02)
+        self.positions = LearnedPositions(max_len, embed_dim)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(
+                embed_dim, num_heads, mlp_ratio=mlp_ratio, dropout=dropout, backend=backend, max_len=max_len
+            )
+            for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(embed_dim)
+        self.head = nn.Linear(embed_dim, vocab_size)
+
+    def new_caches(self, batch_size: int, max_len: int | None = None) -> list[KVCache]:
+        """One empty :class:`KVCache` per layer, for ``batch_size`` sequences of up to ``max_len``
+        positions (default: the model's ``max_len``).
+
+        Shapes:
+            -> num_layers caches, each holding up to (B, H, max_len, D)
+        """
+        max_len = check.positive_int("TinyTransformer.new_caches", "max_len", self.max_len if max_len is None else max_len)
+        if max_len > self.max_len:
+            raise ValueError(f"TinyTransformer.new_caches: `max_len` must be an int in 1..{self.max_len}; got {max_len}")
+        return [block.attn.new_cache(batch_size, max_len) for block in self.blocks]
+
+    def forward(
+        self, tokens: Tensor, *, caches: list[KVCache] | None = None, need_weights: bool = False
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """Next-token logits for every position of ``tokens``.
+
+        With ``caches`` (from :meth:`new_caches`), ``tokens`` are the L tokens that follow the S
+        already cached: their positions start at the cache length, their keys and values are
+        appended, and they attend to the whole prefix.
+
+        Shapes:
+            tokens (B, L) -> logits (B, L, V) [, weights: num_layers x (B, H, L, S)]
+        """
+        offset = self._check_forward(tokens, caches, need_weights)
+        x = self.positions(self.token_embedding(tokens), offset=offset)  # (B, L, E)
+        all_weights = []
+        for block, cache in zip(self.blocks, caches or [None] * self.num_layers):
+            x, weights = block(x, cache=cache, need_weights=need_weights)  # (B, L, E), (B, H, L, S)
+            all_weights.append(weights)
+        logits = self.head(self.norm(x))  # (B, L, V)
+        if need_weights:
+            return logits, all_weights
+        return logits
+
+    def _check_forward(self, tokens: object, caches: object, need_weights: object) -> int:
+        """Check the arguments of :meth:`forward`; return the position of its first token."""
+        where = "TinyTransformer.forward"
+        check.token_ids(where, "tokens", tokens, self.vocab_size)
+        check.flag(where, "need_weights", need_weights)
+        if caches is not None:
+            if not isinstance(caches, (list, tuple)) or not all(isinstance(c, KVCache) for c in caches):
+                raise TypeError(f"{where}: `caches` must be a list of KVCache (one per layer); got {check.described(caches)}")
+            if len(caches) != self.num_layers:
+                raise ValueError(f"{where}: `caches` must hold {self.num_layers} KVCache (one per layer); got {len(caches)}")
+        offset = 0 if caches is None else len(caches[0])
+        if offset + tokens.shape[1] > self.max_len:
+            raise ValueError(f"{where}: {offset} cached + {tokens.shape[1]} new positions exceed max_len={self.max_len}")
+        return offset
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt: Tensor,
+        num_new_tokens: int,
+        *,
+        use_cache: bool = True,
+        return_logits: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Greedy decoding: append the most likely next token ``num_new_tokens`` times.
+
+        With ``use_cache`` the prompt is run once and each step feeds only the newest token (its
+        keys and values go to the caches); without it every step re-runs the whole sequence. Both
+        give the same tokens. Runs in eval mode (no dropout) and restores the mode afterwards.
+
+        Shapes:
+            prompt (B, L0) -> tokens (B, L0 + N) [, logits (B, N, V) that chose the N new tokens]
+        """
+        self._check_generate(prompt, num_new_tokens, use_cache, return_logits)
+        was_training = self.training
+        self.eval()
+        try:
+            caches = self.new_caches(prompt.shape[0], prompt.shape[1] + num_new_tokens) if use_cache else None
+            tokens, fed, steps = prompt, prompt, []  # fed: what the next forward reads
+            for _ in range(num_new_tokens):
+                logits = self(fed, caches=caches)[:, -1]  # (B, V): the prediction at the last position
+                next_token = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+                tokens = torch.cat([tokens, next_token], dim=1)  # (B, L0 + t + 1)
+                fed = next_token if use_cache else tokens  # with a cache: only the newest token
+                steps.append(logits)
+        finally:
+            self.train(was_training)
+        if return_logits:
+            empty = prompt.new_zeros((prompt.shape[0], 0, self.vocab_size), dtype=self.head.weight.dtype)
+            return tokens, torch.stack(steps, dim=1) if steps else empty  # (B, L0 + N), (B, N, V)
+        return tokens
+
+    def _check_generate(self, prompt: object, num_new_tokens: object, use_cache: object, return_logits: object) -> None:
+        where = "TinyTransformer.generate"
+        check.token_ids(where, "prompt", prompt, self.vocab_size)
+        if prompt.shape[1] == 0:
+            raise ValueError(f"{where}: `prompt` must hold at least one token per sequence; got shape {tuple(prompt.shape)}")
+        check.nonnegative_int(where, "num_new_tokens", num_new_tokens)
+        check.flag(where, "use_cache", use_cache)
+        check.flag(where, "return_logits", return_logits)
+        total = prompt.shape[1] + num_new_tokens
+        if total > self.max_len:
+            raise ValueError(f"{where}: prompt length {prompt.shape[1]} + num_new_tokens {num_new_tokens} = {total} "
+                             f"exceeds max_len={self.max_len}")

@@ -1,0 +1,97 @@
+"""The repeat task: N random tokens followed by the same N tokens again.
+
+The first half cannot be predicted; the second half can be, perfectly, but only by looking back N
+positions: the task forces an attention head that looks back. :func:`train_repeat` trains a
+:class:`attnbook.models.transformer.TinyTransformer` on it.
+
+Shapes:
+    B batch, N = half_len, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnbook import _checks as check
+from attnbook.models.transformer import TinyTransformer
+from attnbook.train import train_steps
+
+__all__ = ["repeat_batch", "repeat_loss", "train_repeat", "evaluate_repeat"]
+
+def repeat_batch(
+    batch_size: int, half_len: int, vocab_size: int, *, generator: torch.Generator | None = None
+) -> Tensor:
+    """Sequences of ``half_len`` random tokens followed by the same tokens again.
+
+    Shapes:
+        -> tokens (B, 2N) with N = half_len
+    """
+    for name, value in (("batch_size", batch_size), ("half_len", half_len), ("vocab_size", vocab_size)):
+        check.positive_int("repeat_batch", name, value)
+    first = torch.randint(vocab_size, (batch_size, half_len), generator=generator)  # (B, N)
+    return torch.cat([first, first], dim=1)  # (B, 2N)
+
+
+def repeat_loss(logits: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
+    """Cross-entropy and accuracy of predicting the second half of a :func:`repeat_batch`.
+
+    The logits at position t predict token t + 1, so positions N-1 .. 2N-2 predict the second half.
+
+    Shapes:
+        logits (B, 2N, V), tokens (B, 2N) -> loss (), accuracy ()
+    """
+    N = tokens.shape[1] // 2
+    predicted = logits[:, N - 1 : -1]  # (B, N, V)
+    target = tokens[:, N:]  # (B, N)
+    flat_logits, flat_target = predicted.reshape(-1, predicted.shape[-1]), target.reshape(-1)  # (B*N, V), (B*N,)
+    loss = F.cross_entropy(flat_logits, flat_target)
+    accuracy = (predicted.argmax(dim=-1) == target).float().mean()
+    return loss, accuracy
+
+
+def train_repeat(
+    model: TinyTransformer,
+    *,
+    steps: int = 200,
+    batch_size: int = 32,
+    half_len: int = 12,
+    lr: float = 3e-3,
+    weight_decay: float = 0.01,
+    seed: int = 0,
+) -> list[float]:
+    """Train ``model`` on the repeat problem with AdamW; return the loss of every step.
+
+    Shapes:
+        batches of tokens (batch_size, 2 * half_len)
+    """
+    if 2 * half_len > model.max_len:
+        raise ValueError(f"train_repeat: 2 * half_len = {2 * half_len} exceeds the model's max_len={model.max_len}")
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def batch_loss() -> Tensor:
+        tokens = repeat_batch(batch_size, half_len, model.vocab_size, generator=generator)  # (B, 2N)
+        return repeat_loss(model(tokens), tokens)[0]
+
+    return train_steps(model, optimizer, steps, batch_loss)
+
+
+
+
+@torch.no_grad()
+def evaluate_repeat(
+    model: TinyTransformer, *, num_sequences: int = 1000, half_len: int = 12, seed: int = 1
+) -> tuple[float, float]:
+    """Loss and accuracy on the second half of ``num_sequences`` fresh sequences (eval mode).
+
+    Shapes:
+        tokens (num_sequences, 2 * half_len) -> loss, accuracy (floats)
+    """
+    was_training = model.training
+    model.eval()
+    tokens = repeat_batch(num_sequences, half_len, model.vocab_size, generator=torch.Generator().manual_seed(seed))
+    loss, accuracy = repeat_loss(model(tokens), tokens)
+    model.train(was_training)
+    return loss.item(), accuracy.item()

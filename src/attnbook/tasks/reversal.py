@@ -1,0 +1,294 @@
+"""A generated sequence task for the seq2seq chapters: reverse a sequence of digits.
+
+Everything here is generated from a seed; nothing is downloaded. A source is a sequence of
+digits 0-9 whose length is drawn uniformly from ``min_len..max_len``; its target is the same
+digits in reverse order. Reversal is a good test of the seq2seq bottleneck: the first digit
+the decoder must write is the last one the encoder read, and the last digit it must write is
+the first one read, long ago.
+
+Tokens: ``PAD`` = 0, ``SOS`` = 1 (start of the target), ``EOS`` = 2 (end of the target),
+then the digits 0-9 as ids 3-12.
+
+Shapes:
+    B batch, S source length (padded), T target length (padded; target length + 1 for SOS/EOS).
+    Batch.src (B, S), Batch.src_lengths (B,), Batch.tgt_in (B, T), Batch.tgt_out (B, T),
+    Batch.tgt_lengths (B,)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from attnbook import _checks as check
+
+__all__ = [
+    "PAD",
+    "SOS",
+    "EOS",
+    "SPECIALS",
+    "DIGITS",
+    "VOCAB",
+    "VOCAB_SIZE",
+    "encode",
+    "decode",
+    "to_symbols",
+    "pad_sequences",
+    "Batch",
+    "make_batch",
+    "ReversalTask",
+]
+
+PAD, SOS, EOS = 0, 1, 2
+SPECIALS = ("<pad>", "<sos>", "<eos>")
+DIGITS = tuple(str(d) for d in range(10))
+VOCAB = SPECIALS + DIGITS  # id -> symbol
+VOCAB_SIZE = len(VOCAB)  # 13
+_ID = {symbol: index for index, symbol in enumerate(VOCAB)}
+
+
+def encode(text: str | Sequence[str]) -> list[int]:
+    """Turn a string of digits (or a sequence of symbols) into token ids.
+
+    Shapes:
+        n symbols -> n ids
+
+    >>> encode("3071")
+    [6, 3, 10, 4]
+    """
+    if not isinstance(text, (str, Sequence)):
+        raise TypeError(f"encode: `text` must be a string of digits; got {type(text).__name__}")
+    ids = []
+    for position, symbol in enumerate(text):
+        if symbol not in _ID:
+            raise ValueError(
+                f"encode: `text` may hold only the digits 0-9 and {SPECIALS}; got {symbol!r} "
+                f"at position {position}"
+            )
+        ids.append(_ID[symbol])
+    return ids
+
+
+def decode(ids: Sequence[int] | Tensor, strip: bool = True) -> str:
+    """Turn token ids back into a string. With ``strip`` (the default), stop at the first EOS
+    and drop PAD and SOS, so a model's output reads as its answer; without it, every symbol is
+    shown, separated by spaces.
+
+    Shapes:
+        ids (T,) -> a string
+
+    >>> decode([1, 6, 3, 10, 4, 2, 0])
+    '3071'
+    """
+    symbols = to_symbols(ids)
+    if not strip:
+        return " ".join(symbols)
+    out = []
+    for symbol in symbols:
+        if symbol == VOCAB[EOS]:
+            break
+        if symbol in DIGITS:
+            out.append(symbol)
+    return "".join(out)
+
+
+def to_symbols(ids: Sequence[int] | Tensor) -> list[str]:
+    """The symbol of every token id, e.g. as axis labels of an attention heatmap.
+
+    Shapes:
+        ids (T,) -> T strings
+
+    >>> to_symbols([1, 6, 2])
+    ['<sos>', '3', '<eos>']
+    """
+    return [VOCAB[index] for index in checked_ids("to_symbols", ids, VOCAB_SIZE)]
+
+
+def checked_ids(where: str, ids: Sequence[int] | Tensor, vocab_size: int) -> list[int]:
+    """``ids`` (ints or a 1-D tensor) as a list, after checking that each is a token id in
+    0..vocab_size-1; ``where`` names the caller in the error.
+
+    Shapes:
+        ids (T,) -> T ints
+    """
+    if isinstance(ids, Tensor):
+        if ids.dim() != 1:
+            raise ValueError(f"{where}: `ids` must be 1-D (one sequence); got shape {tuple(ids.shape)}")
+        ids = ids.tolist()
+    for index in ids:
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < vocab_size:
+            raise ValueError(f"{where}: `ids` must hold token ids in 0..{vocab_size - 1}; got {index!r}")
+    return list(ids)
+
+
+def pad_sequences(sequences: Sequence[Sequence[int]], pad: int = PAD) -> tuple[Tensor, Tensor]:
+    """Stack sequences of token ids into one right-padded tensor, with their lengths.
+
+    Shapes:
+        B sequences of lengths n_b -> tokens (B, max n_b), lengths (B,)
+    """
+    if isinstance(sequences, Tensor) or not isinstance(sequences, Sequence) or len(sequences) == 0:
+        raise ValueError(
+            f"pad_sequences: `sequences` must be a non-empty list of token-id lists; got {sequences!r:.80}"
+        )
+    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)  # (B,)
+    tokens = torch.full((len(sequences), int(lengths.max())), pad, dtype=torch.long)  # (B, S)
+    for row, seq in enumerate(sequences):
+        if len(seq):
+            tokens[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+    return tokens, lengths
+
+
+class Batch(NamedTuple):
+    """One batch of the task, ready for teacher forcing.
+
+    ``tgt_in`` is SOS followed by the target; ``tgt_out`` is the target followed by EOS, so the
+    decoder reads ``tgt_in[:, t]`` and must predict ``tgt_out[:, t]``. PAD fills the rest.
+
+    Shapes:
+        src (B, S), src_lengths (B,), tgt_in (B, T), tgt_out (B, T), tgt_lengths (B,)
+        with T = longest target + 1.
+    """
+
+    src: Tensor
+    src_lengths: Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
+    tgt_lengths: Tensor
+
+
+def make_batch(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]) -> Batch:
+    """Pad sources and targets (token ids without SOS/EOS) into a :class:`Batch`.
+
+    Shapes:
+        B sources, B targets -> Batch (see :class:`Batch`)
+    """
+    if len(sources) != len(targets):
+        raise ValueError(
+            f"make_batch: `sources` and `targets` must have the same length; got {len(sources)} "
+            f"and {len(targets)}"
+        )
+    for name, seqs in (("sources", sources), ("targets", targets)):
+        for row, seq in enumerate(seqs):
+            if len(seq) == 0:
+                raise ValueError(f"make_batch: `{name}[{row}]` is empty; every sequence needs a token")
+    src, src_lengths = pad_sequences(sources)  # (B, S), (B,)
+    tgt_in, _ = pad_sequences([[SOS, *t] for t in targets])  # (B, T)
+    tgt_out, tgt_lengths = pad_sequences([[*t, EOS] for t in targets])  # (B, T), (B,)
+    return Batch(src, src_lengths, tgt_in, tgt_out, tgt_lengths)
+
+
+@dataclass(frozen=True)
+class ReversalTask:
+    """Reverse a sequence of digits, with source lengths uniform in ``min_len..max_len``.
+
+    Sampling is deterministic: the same ``seed`` gives the same sequences on every machine
+    (PyTorch's CPU generator).
+
+    >>> task = ReversalTask(min_len=4, max_len=6)
+    >>> sources, targets = task.sample(2, seed=0)
+    >>> [decode(s) + " -> " + decode(t) for s, t in zip(sources, targets)]  # doctest: +SKIP
+
+    Shapes:
+        no tensors: sources and targets are lists of token ids (see :func:`make_batch` for tensors)
+    """
+
+    min_len: int = 4
+    max_len: int = 24
+
+    def __post_init__(self) -> None:
+        for name in ("min_len", "max_len"):
+            check.positive_int("ReversalTask", name, getattr(self, name))
+        if self.min_len > self.max_len:
+            raise ValueError(
+                f"ReversalTask: `min_len` must be <= `max_len`; got min_len={self.min_len}, "
+                f"max_len={self.max_len}"
+            )
+
+    @property
+    def lengths(self) -> range:
+        """Every source length the task produces.
+
+        Shapes:
+            no tensors
+        """
+        return range(self.min_len, self.max_len + 1)
+
+    @staticmethod
+    def target(source: Sequence[int]) -> list[int]:
+        """The answer for one source: its tokens reversed.
+
+        Shapes:
+            no tensors: a list of token ids
+        """
+        return list(source)[::-1]
+
+    def sources_of_lengths(self, lengths: Sequence[int], generator: torch.Generator) -> list[list[int]]:
+        """Random digit sequences of the given lengths, drawn from ``generator``.
+
+        Shapes:
+            no tensors: lists of token ids
+        """
+        lengths = [int(n) for n in lengths]
+        total = sum(lengths)
+        digits = torch.randint(len(SPECIALS), VOCAB_SIZE, (total,), generator=generator).tolist()
+        sources, start = [], 0
+        for n in lengths:
+            sources.append(digits[start : start + n])
+            start += n
+        return sources
+
+    def sample(
+        self, n: int, seed: int | None = None, generator: torch.Generator | None = None
+    ) -> tuple[list[list[int]], list[list[int]]]:
+        """``n`` random (source, target) pairs, lengths uniform over ``min_len..max_len``.
+
+        Pass either ``seed`` (a fresh generator) or ``generator`` (to continue a stream).
+
+        Shapes:
+            -> n sources, n targets (lists of token ids, each target as long as its source)
+        """
+        check.positive_int("ReversalTask.sample", "n", n)
+        generator = _generator(seed, generator, "ReversalTask.sample")
+        lengths = torch.randint(self.min_len, self.max_len + 1, (n,), generator=generator)  # (n,)
+        sources = self.sources_of_lengths(lengths.tolist(), generator)
+        return sources, [self.target(s) for s in sources]
+
+    def sample_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
+        """One random training batch drawn from ``generator``.
+
+        Shapes:
+            -> Batch with src (batch_size, S), tgt_in and tgt_out (batch_size, S + 1)
+        """
+        return make_batch(*self.sample(batch_size, generator=generator))
+
+    def test_set(self, per_length: int, seed: int = 12345) -> tuple[list[list[int]], list[list[int]]]:
+        """A fixed evaluation set: ``per_length`` sources of every length, shortest first.
+
+        An equal number per length makes accuracy-by-length curves equally precise everywhere.
+
+        Shapes:
+            -> N = per_length * (max_len - min_len + 1) sources and as many targets
+        """
+        check.positive_int("ReversalTask.test_set", "per_length", per_length)
+        generator = _generator(seed, None, "ReversalTask.test_set")
+        lengths = [n for n in self.lengths for _ in range(per_length)]
+        sources = self.sources_of_lengths(lengths, generator)
+        return sources, [self.target(s) for s in sources]
+
+
+def _generator(seed: int | None, generator: torch.Generator | None, where: str) -> torch.Generator:
+    if (seed is None) == (generator is None):
+        raise ValueError(f"{where}: pass exactly one of `seed` and `generator`; got seed={seed!r}, "
+                         f"generator={generator!r}")
+    if generator is not None:
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(f"{where}: `generator` must be a torch.Generator; got {type(generator).__name__}")
+        return generator
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"{where}: `seed` must be an int; got {seed!r}")
+    return torch.Generator().manual_seed(seed)

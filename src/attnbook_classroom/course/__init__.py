@@ -1,0 +1,25 @@
+"""An nbgrader course from the book's chapters: exercise notebooks, sandboxed grading, grades.csv.
+
+    python -m attnbook_classroom.course assignments [--root _build/course] [--exchange DIR] [chapters/NAME.ipynb ...]
+    python -m attnbook_classroom.course grade [--root _build/course] [--student ID ...] [--assignment NAME ...] [--force]
+    python -m attnbook_classroom.course export [--root _build/course]
+
+``assignments`` sets up the course folder (nbgrader's configuration, the course's secret, the
+roster and due dates) and releases the *exercise notebook* of every chapter in ``_toc.yml`` (or of
+the notebooks given): the chapter's ``## Exercises`` section with what it needs, never its
+training runs. ``grade`` grades new and changed submissions, each student's code in a bubblewrap
+sandbox, writes the gradebook, the feedback pages, ``grades.csv`` and ``summary.txt``. See the
+instructors' page of the book.
+
+For the book's other editions, :func:`student_exercise_cells` gives the student form of a
+chapter's exercises.
+"""
+
+from attnbook_classroom.course.assign import build_assignments
+from attnbook_classroom.course.folder import COURSE_ID, DEFAULT_ROOT
+from attnbook_classroom.course.grade import export_csv, grade
+from attnbook_classroom.course.notebooks import (exercise_notebook, exercise_section, graded_cells, student_exercise_cells, toc_chapters,
+                        toc_files)
+
+__all__ = ["COURSE_ID", "DEFAULT_ROOT", "build_assignments", "grade", "export_csv", "exercise_notebook",
+           "exercise_section", "student_exercise_cells", "graded_cells", "toc_chapters", "toc_files"]

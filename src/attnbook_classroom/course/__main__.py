@@ -1,0 +1,44 @@
+"""python -m attnbook_classroom.course: see the package's docstring."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+
+from attnbook_classroom.course import __doc__ as DOC
+from attnbook_classroom.course.assign import build_assignments
+from attnbook_classroom.course.folder import DEFAULT_ROOT
+from attnbook_classroom.course.grade import export_csv, grade
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m attnbook_classroom.course", description=DOC.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("assignments", help="set the course up and release the exercise notebooks")
+    a.add_argument("--root", type=pathlib.Path, default=DEFAULT_ROOT)
+    a.add_argument("--exchange", type=pathlib.Path, default=None,
+                   help="nbgrader's exchange folder (default: ROOT/../exchange)")
+    a.add_argument("notebooks", nargs="*", type=pathlib.Path,
+                   help="chapter notebooks (default: every notebook in _toc.yml)")
+    g = sub.add_parser("grade", help="grade new or changed submissions; write grades.csv and summary.txt")
+    g.add_argument("--root", type=pathlib.Path, default=DEFAULT_ROOT)
+    g.add_argument("--student", action="append", help="only this student (repeatable)")
+    g.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
+    g.add_argument("--force", action="store_true", help="regrade even unchanged submissions")
+    g.add_argument("--no-feedback", action="store_true", help="skip the HTML feedback pages")
+    g.add_argument("--workers", type=int, default=None, help="students graded at a time")
+    e = sub.add_parser("export", help="write grades.csv from the gradebook")
+    e.add_argument("--root", type=pathlib.Path, default=DEFAULT_ROOT)
+    args = parser.parse_args(argv)
+    if args.command == "assignments":
+        build_assignments(args.root, args.notebooks or None, args.exchange)
+    elif args.command == "grade":
+        grade(args.root, students=args.student, assignments=args.assignment, force=args.force,
+              feedback=not args.no_feedback, workers=args.workers)
+    else:
+        print(export_csv(args.root.resolve()))
+
+
+if __name__ == "__main__":
+    main()

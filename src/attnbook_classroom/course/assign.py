@@ -1,0 +1,75 @@
+"""``make assignments``: set up the course folder and release each chapter's exercise notebook."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import nbformat
+
+from attnbook_classroom.course.folder import COURSE_ID, DEFAULT_ROOT, api, due_dates, ensure_secret, roster, use_venv_bin, write_config
+from attnbook_classroom.course.notebooks import check_exercise_notebook, exercise_notebook, exercise_section, toc_chapters
+
+__all__ = ["build_assignments", "nbgrader_failed"]
+
+
+def nbgrader_failed(result: dict, what: str) -> str | None:
+    """None when an NbGraderAPI call succeeded, else what went wrong (the end of its log)."""
+    if result.get("success"):
+        return None
+    log = (result.get("log", "") + "\n" + result.get("error", "")).strip()
+    return f"nbgrader failed: {what}\n{log[-2000:]}"
+
+
+def _exercises(path: pathlib.Path) -> nbformat.NotebookNode | None:
+    """A chapter's exercise notebook; a notebook without a section but with nbgrader cells is one already."""
+    if exercise_section(path):
+        return exercise_notebook(path)
+    nb = nbformat.read(str(path), as_version=4)
+    return nb if any("nbgrader" in c.metadata for c in nb.cells) else None
+
+
+def build_assignments(root: pathlib.Path = DEFAULT_ROOT, notebooks: list[pathlib.Path] | None = None,
+                      exchange: pathlib.Path | None = None) -> list[pathlib.Path]:
+    """Set the course up in ``root`` and release the exercise notebook of every chapter.
+
+    Returns the released notebooks (``root/release/<chapter>/<chapter>.ipynb``)."""
+    from nbgrader.api import Gradebook
+
+    use_venv_bin()
+    root = pathlib.Path(root).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    exchange = pathlib.Path(exchange or root.parent / "exchange").resolve()
+    if not exchange.exists():  # nbgrader's exchange: a folder every student can write to
+        exchange.mkdir(parents=True)
+        exchange.chmod(0o777)
+    write_config(root, exchange)
+    ensure_secret(root)
+    nbgrader = api(root)
+    dates, students = due_dates(root), roster(root)
+    released = []
+    for path in [pathlib.Path(n).resolve() for n in (notebooks or toc_chapters())]:
+        name = path.stem
+        nb = _exercises(path)
+        if nb is None:
+            print(f"note: {path.name} has no exercises; not released")
+            continue
+        check_exercise_notebook(nb, path.name)
+        source = root / "source" / name
+        source.mkdir(parents=True, exist_ok=True)
+        for old in source.glob("*.ipynb"):
+            old.unlink()
+        nbformat.write(nb, str(source / f"{name}.ipynb"))
+        error = nbgrader_failed(nbgrader.generate_assignment(name, force=True), f"generate_assignment {name}")
+        if error:
+            sys.stderr.write(error + "\n")
+            raise SystemExit(f"nbgrader failed: generate_assignment {name}")
+        released.append(root / "release" / name / f"{name}.ipynb")
+        print(f"released {released[-1].relative_to(root)}")
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}", course_id=COURSE_ID) as gradebook:
+        for name, date in dates.items():
+            gradebook.update_or_create_assignment(name, duedate=date)
+        for student in students or []:
+            fields = {k: student[k] for k in ("first_name", "last_name", "email") if student.get(k)}
+            gradebook.update_or_create_student(student["id"], **fields)
+    return released

@@ -1,0 +1,203 @@
+"""The course folder: nbgrader's configuration, the course's secret, the roster and the due dates.
+
+Layout (nbgrader's, plus three files of the book's)::
+
+    ROOT/nbgrader_config.py         written here; your own settings go in nbgrader_config_local.py
+    ROOT/course_secret              random, made once, readable by you only: seeds the hidden tests
+    ROOT/students.csv               optional roster: id,first_name,last_name,email
+    ROOT/due_dates.csv              optional: assignment,duedate (e.g. 07_masking,2027-03-01 17:00:00 UTC)
+    ROOT/source/ release/ submitted/ autograded/ feedback/ gradebook.db   (nbgrader's)
+    ROOT/.grading/                  cached verdicts and what was graded when
+    ROOT/grades.csv, ROOT/summary.txt
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import os
+import pathlib
+import secrets
+import sys
+
+import nbformat
+
+from attnbook_classroom.course.notebooks import REPO
+
+__all__ = ["COURSE_ID", "DEFAULT_ROOT", "use_venv_bin", "write_config", "ensure_secret", "read_secret",
+           "roster", "due_dates", "config", "limits", "api", "source_cells", "verdict_cache"]
+
+COURSE_ID = "attention-book"
+DEFAULT_ROOT = REPO / "_build" / "course"
+CONFIG_MARK = "# Written by `python -m attnbook_classroom.course assignments`"
+
+
+def use_venv_bin() -> None:
+    """nbgrader runs ``alembic`` in a subprocess: put this Python's scripts first on ``PATH``."""
+    bin_dir = str(pathlib.Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if bin_dir not in path.split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + path
+
+
+def write_config(root: pathlib.Path, exchange: pathlib.Path) -> None:
+    """Write ``nbgrader_config.py`` (unless it is one of the instructor's own)."""
+    path = root / "nbgrader_config.py"
+    if path.exists() and not path.read_text().startswith(CONFIG_MARK):
+        print(f"note: {path} is not ours; left as it is")
+        return
+    path.write_text(f"""{CONFIG_MARK}: nbgrader's settings for a course
+# built from the attention book's chapters. Rewritten by that command; put settings of your own (late
+# penalties, another exchange) in nbgrader_config_local.py next to this file.
+import os
+
+c = get_config()  # noqa: F821
+_root = os.path.dirname(os.path.abspath(__file__))
+c.CourseDirectory.course_id = {COURSE_ID!r}
+c.CourseDirectory.root = _root
+c.Exchange.root = {str(exchange)!r}
+
+# Autograding: instead of executing the notebook in a kernel, run the student's code in a
+# bubblewrap sandbox and compare its results with the references outside it (attnbook_classroom.course.plugins).
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput", "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec", "attnbook_classroom.course.plugins.RestoreLockedCells",
+    "nbgrader.preprocessors.CheckCellMetadata"]
+# (nbgrader's CheckCellMetadata validates the metadata in the first pass; nothing in the second
+# pass changes it, so it is not validated twice.)
+c.Autograde.autograde_preprocessors = [
+    "attnbook_classroom.course.plugins.SandboxedGrading", "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties"]
+c.SandboxedGrading.course_root = _root
+c.OverwriteCells.add_missing_cells = True  # a test cell a student deleted is put back and graded
+c.SandboxedGrading.cell_timeout = 30.0  # seconds per cell and per test cell (nbgrader's default)
+c.SandboxedGrading.notebook_timeout = 120.0  # seconds for all of one notebook
+# Feedback pages never show the hidden tests' code.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades", "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+    "attnbook_classroom.course.plugins.HideHiddenTests"]
+c.GenerateFeedback.exporter_class = "attnbook_classroom.course.plugins.FeedbackExporter"
+# Late submissions are recorded and listed in grades.csv; set "zero" here (or in the local file)
+# to give them no points, or write a LateSubmissionPlugin of your own.
+c.LateSubmissionPlugin.penalty_method = "none"
+
+_local = os.path.join(_root, "nbgrader_config_local.py")
+if os.path.exists(_local):
+    load_subconfig(_local)  # noqa: F821
+""")
+
+
+def ensure_secret(root: pathlib.Path) -> None:
+    """Create the course's secret once (readable by its owner only)."""
+    path = root / "course_secret"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+
+
+def read_secret(root: pathlib.Path) -> bytes:
+    path = pathlib.Path(root) / "course_secret"
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: run `make assignments` (or python -m attnbook_classroom.course "
+                         "assignments) to set the course up, and keep that file out of any repository.")
+    return bytes.fromhex(path.read_text().strip())
+
+
+def roster(root: pathlib.Path) -> list[dict] | None:
+    """The students of ``students.csv`` (id, first_name, last_name, email), or None without one."""
+    path = pathlib.Path(root) / "students.csv"
+    if not path.exists():
+        return None
+    with open(path, newline="") as f:
+        rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k} for row in csv.DictReader(f)]
+    return [r for r in rows if r.get("id")]
+
+
+def due_dates(root: pathlib.Path) -> dict[str, str]:
+    """assignment -> due date, from ``due_dates.csv`` (columns assignment,duedate)."""
+    path = pathlib.Path(root) / "due_dates.csv"
+    if not path.exists():
+        return {}
+    with open(path, newline="") as f:
+        return {row["assignment"].strip(): row["duedate"].strip() for row in csv.DictReader(f)
+                if row.get("assignment") and row.get("duedate")}
+
+
+def config(root: pathlib.Path):
+    """The course's nbgrader configuration (its nbgrader_config.py and the local file it loads)."""
+    from traitlets.config import Config, PyFileConfigLoader
+
+    if not (pathlib.Path(root) / "nbgrader_config.py").exists():
+        return Config()
+    return PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+
+
+def limits(root: pathlib.Path) -> tuple[float, float]:
+    """Seconds allowed to a cell (or test cell), and to a whole notebook, when graded."""
+    settings = config(root).SandboxedGrading
+    return float(settings.get("cell_timeout", 30.0)), float(settings.get("notebook_timeout", 120.0))
+
+
+def api(root: pathlib.Path):
+    """nbgrader's API for the course in ``root``, configured by its nbgrader_config.py."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    config_ = config(root)
+    config_.CourseDirectory.root = str(root)
+    config_.CourseDirectory.course_id = COURSE_ID
+    return NbGraderAPI(coursedir=CourseDirectory(config=config_), config=config_)
+
+
+def source_cells(root: pathlib.Path, assignment: str, notebook: str) -> dict[str, dict]:
+    """grade id -> the instructor's source, locked flag, tags and whether it is a test cell, from
+    ``source/``, in the notebook's order."""
+    path = pathlib.Path(root) / "source" / assignment / f"{notebook}.ipynb"
+    return _source_cells(str(path), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _source_cells(path: str, mtime: int) -> dict[str, dict]:
+    nb = nbformat.read(path, as_version=4)
+    cells = {}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if "grade_id" in meta:
+            cells[meta["grade_id"]] = {"source": cell.source, "locked": bool(meta.get("locked")),
+                                       "tags": list(cell.metadata.get("tags", [])),
+                                       "test": bool(cell.cell_type == "code" and meta.get("grade")
+                                                    and not meta.get("solution"))}
+    return cells
+
+
+class verdict_cache:
+    """Verdicts of graded submissions, by :meth:`Submission.key`, in ``ROOT/.grading/verdicts``."""
+
+    def __init__(self, root: pathlib.Path):
+        self.folder = pathlib.Path(root) / ".grading" / "verdicts"
+
+    def get(self, key: str):
+        from attnbook_classroom.grading.submission import Verdicts
+
+        path = self.folder / f"{key}.json"
+        return Verdicts.from_json(path.read_text()) if path.exists() else None
+
+    def put(self, key: str, verdicts) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f"{key}.tmp"
+        tmp.write_text(verdicts.to_json())
+        tmp.replace(self.folder / f"{key}.json")
+
+
+def load_state(root: pathlib.Path) -> dict:
+    path = pathlib.Path(root) / ".grading" / "graded.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save_state(root: pathlib.Path, state: dict) -> None:
+    path = pathlib.Path(root) / ".grading" / "graded.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(state, indent=1, sort_keys=True))

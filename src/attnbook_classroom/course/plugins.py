@@ -1,0 +1,120 @@
+"""nbgrader preprocessors that the course's ``nbgrader_config.py`` puts in nbgrader's pipelines.
+
+- :class:`SandboxedGrading` replaces nbgrader's ``Execute`` in ``autograde``: the submission's code
+  runs in a bubblewrap sandbox (:mod:`attnbook_classroom.grading.sandbox`), the results are compared with the
+  references outside it, and each test cell gets an error output (no points) or a line saying it
+  passed, which nbgrader's own ``SaveAutoGrades`` turns into the gradebook's scores. So
+  ``nbgrader autograde ASSIGNMENT --student ID --force`` regrades one student with the same
+  isolation as ``make grade``, which only computes the verdicts ahead, in parallel.
+- :class:`RestoreLockedCells` is nbgrader's ``OverwriteCells`` without the false "checksum has
+  changed" warning for a test cell whose only difference is its removed hidden tests.
+- :class:`HideHiddenTests` removes hidden tests from the feedback pages.
+- :class:`FeedbackExporter` is nbconvert's ``HTMLExporter`` whose compiled page templates are kept
+  for the life of the process, so that a grading worker compiles them once, not once per page.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import jinja2
+from nbconvert.exporters import HTMLExporter
+from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor, OverwriteCells
+from traitlets import Bool, Float, Unicode
+
+from attnbook_classroom.grading.submission import Submission, grade_in_sandbox
+from attnbook_classroom.course.folder import read_secret, source_cells, verdict_cache
+from attnbook_classroom.course.notebooks import REPO
+
+__all__ = ["SandboxedGrading", "RestoreLockedCells", "HideHiddenTests", "FeedbackExporter", "scrubbed_paths"]
+
+
+def scrubbed_paths(root: pathlib.Path) -> list[str]:
+    """Paths that never appear in a student's feedback (the course folder, the book, the home)."""
+    paths = {str(root), os.path.realpath(root), str(REPO), os.path.realpath(REPO), os.path.expanduser("~")}
+    return sorted((p for p in paths if len(p) > 1), key=len, reverse=True)
+
+
+def submission_for(nb, root: pathlib.Path, student: str, assignment: str, notebook: str,
+                   cell_limit: float, total_limit: float) -> Submission:
+    return Submission(nb, secret=read_secret(root), student=student, assignment=assignment,
+                      source_cells=source_cells(root, assignment, notebook), cell_limit=cell_limit,
+                      total_limit=total_limit)
+
+
+class SandboxedGrading(NbGraderPreprocessor):
+    """Grade the notebook's test cells from a sandboxed run of its code (see the module)."""
+
+    course_root = Unicode("", help="The course folder (default: the gradebook's folder).").tag(config=True)
+    cell_timeout = Float(30.0, help="Seconds allowed to each code cell and each test cell.").tag(config=True)
+    notebook_timeout = Float(120.0, help="Seconds allowed to all of one notebook.").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        root = pathlib.Path(self.course_root or info["db_url"].removeprefix("sqlite:///")).resolve()
+        if root.suffix == ".db":
+            root = root.parent
+        sub = submission_for(nb, root, info["student"], info["assignment"], info["notebook"],
+                             self.cell_timeout, self.notebook_timeout)
+        cache = verdict_cache(root)
+        verdicts = cache.get(sub.key())
+        if verdicts is None:
+            verdicts = grade_in_sandbox([sub], forbidden=[root])[0]
+            cache.put(sub.key(), verdicts)
+        verdicts.apply(nb, scrub=scrubbed_paths(root))
+        for message in verdicts.failures():
+            self.log.warning("%s/%s: %s", info["student"], info["assignment"], message)
+        return nb, resources
+
+
+class RestoreLockedCells(OverwriteCells):
+    """nbgrader's OverwriteCells, quiet when a locked cell differs only by its hidden tests."""
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id is not None:
+            try:
+                source_cell = self.gradebook.find_source_cell(grade_id, self.notebook_id, self.assignment_id)
+            except Exception:
+                source_cell = None
+            if source_cell is not None and source_cell.locked:
+                released = cell.copy()
+                released.source = source_cell.source
+                ClearHiddenTests(enforce_metadata=False)._remove_hidden_test_region(released)
+                if cell.source == released.source:
+                    cell.source = source_cell.source  # what the student received: restore silently
+        return super().preprocess_cell(cell, resources, cell_index)
+
+
+class HideHiddenTests(ClearHiddenTests):
+    """ClearHiddenTests for feedback pages (it runs on autograded notebooks)."""
+
+    enforce_metadata = Bool(False).tag(config=True)
+
+
+class _CompiledTemplates(jinja2.BytecodeCache):
+    """Jinja's compiled templates, kept in memory (a bucket is reused only for the same source)."""
+
+    def __init__(self):
+        self._code: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket):
+        code = self._code.get(bucket.key)
+        if code is not None:
+            bucket.bytecode_from_string(code)  # checks the source's checksum; stale code is dropped
+
+    def dump_bytecode(self, bucket):
+        self._code[bucket.key] = bucket.bytecode_to_string()
+
+
+_TEMPLATES = _CompiledTemplates()
+
+
+class FeedbackExporter(HTMLExporter):
+    """nbgrader's feedback exporter (``HTMLExporter``), compiling each template once per process."""
+
+    def _create_environment(self):
+        environment = super()._create_environment()
+        environment.bytecode_cache = _TEMPLATES
+        return environment

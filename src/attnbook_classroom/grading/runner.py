@@ -1,0 +1,316 @@
+"""The process inside the sandbox: runs one student's submissions, one fork per submission.
+
+Started by :mod:`.sandbox` as ``python -I -m attnbook_classroom.grading.runner`` inside bubblewrap. It imports
+torch and the package once, then reads jobs (one per submitted notebook) from its standard input
+and answers on its standard output, both in frames (``kind``, ``index``, ``length``, payload).
+
+For each job this *supervisor* forks a *worker* that sets its resource limits, makes the names the
+exercises ask for unavailable, forbids itself to create processes (:mod:`.seccomp`), executes the
+notebook's code cells and then each check's calls of the student's function (:func:`.wire.execute`),
+reporting to the supervisor as it goes. The supervisor never runs student code: it enforces the
+time limits (a cell or a test cell: ``cell_limit`` seconds; the whole notebook: ``total_limit``),
+kills the worker when one is exceeded or when it writes something that is not a frame, records
+what happened, and forks a new worker that skips the cell or the test cell that failed. It is not
+dumpable, so the worker cannot trace it. Everything crossing to the grader is plain data (:mod:`.wire`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import io
+import json
+import os
+import resource
+import select
+import signal
+import struct
+import sys
+import time
+import types
+
+FRAME = struct.Struct(">cII")  # kind, index, payload length
+MAX_FRAME = 32 << 20
+MEMORY = 3 << 30  # address space of a worker, bytes
+FILE_SIZE = 16 << 20
+
+
+# ------------------------------------------------------------------------------------------------
+# Frames
+# ------------------------------------------------------------------------------------------------
+
+def send(fd: int, kind: bytes, index: int, payload: bytes = b"") -> None:
+    data = memoryview(FRAME.pack(kind, index, len(payload)) + payload)
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def read_exactly(fd: int, n: int) -> bytes | None:
+    chunks = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+# ------------------------------------------------------------------------------------------------
+# The worker (runs the student's code)
+# ------------------------------------------------------------------------------------------------
+
+class _NoIPython:
+    """What ``get_ipython()`` returns to a cell with a magic: magics do nothing when graded."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+def _stub(name: str):
+    message = (f"{name} is not available while this exercise is graded: the exercise asks you to "
+               "write it yourself.")
+    scope: dict = {}
+    exec(f"def blocked(*args, **kwargs):\n    raise RuntimeError({message!r})\n", scope)
+    return scope["blocked"]
+
+
+def _resolve(name: str):
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(name)
+
+
+def block(names: list[str]) -> list[str]:
+    """Make each ``module.attribute`` unusable, wherever it is referenced; return those not found."""
+    missing = []
+    for name in names:
+        try:
+            obj = _resolve(name)
+        except (ImportError, AttributeError):
+            missing.append(name)
+            continue
+        stub = _stub(name)
+        if isinstance(obj, types.FunctionType) and not obj.__closure__:
+            obj.__code__ = stub.__code__  # every alias, even one taken before, now raises
+            continue
+        if isinstance(obj, type):
+            try:
+                obj.__init__ = stub
+                continue
+            except TypeError:  # a built-in type
+                pass
+        for module_name, module in list(sys.modules.items()):
+            if not module_name.startswith(("torch", "attnbook")):  # where such a function is found
+                continue
+            for attr, value in list(getattr(module, "__dict__", {}).items()):
+                if value is obj:
+                    try:
+                        setattr(module, attr, stub)
+                    except (AttributeError, TypeError):
+                        pass
+    return missing
+
+
+def _limit(kind: int, value: int) -> None:
+    try:
+        resource.setrlimit(kind, (value, value))
+    except (ValueError, OSError):
+        soft, hard = resource.getrlimit(kind)
+        resource.setrlimit(kind, (min(value, hard) if hard != resource.RLIM_INFINITY else value, hard))
+
+
+def worker(job: dict, skip: set[int], first: int, fd: int) -> None:
+    """Run the job's cells (but ``skip``) and its checks from ``first`` on; report on ``fd``. Never returns."""
+    from attnbook_classroom.grading import wire
+    from attnbook_classroom.grading.seccomp import forbid_new_processes
+
+    try:
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) > 2 and int(name) != fd:
+                try:
+                    os.close(int(name))
+                except OSError:
+                    pass
+        _limit(resource.RLIMIT_AS, MEMORY)
+        _limit(resource.RLIMIT_CPU, int(job["total_limit"]) + 5)
+        _limit(resource.RLIMIT_FSIZE, FILE_SIZE)
+        _limit(resource.RLIMIT_NOFILE, 64)
+        _limit(resource.RLIMIT_CORE, 0)
+        block(job["blocks"])
+        forbid_new_processes()
+        namespace = {"__name__": "__main__", "__builtins__": builtins, "get_ipython": _NoIPython,
+                     "display": lambda *args, **kwargs: None}
+        for i, source in enumerate(job["cells"]):
+            if i in skip:
+                continue
+            send(fd, b"c", i)
+            error = None
+            try:
+                exec(compile(source, f"<cell {i}>", "exec"), namespace)
+            except BaseException as exc:
+                error = wire.exception_info(exc)
+            send(fd, b"e", i, json.dumps({"error": error}).encode())
+        block(job.get("check_blocks", []))
+        for k in range(first, len(job["checks"])):
+            check = job["checks"][k]
+            send(fd, b"k", k)
+            try:
+                fn = eval(compile(check["fn"], "<test>", "eval"), namespace)
+            except BaseException as exc:
+                raws = [{"ok": False, "error": wire.exception_info(exc), "warnings": []} for _ in check["specs"]]
+            else:
+                raws = [wire.execute(fn, spec) for spec in check["specs"]]
+            send(fd, b"r", k, wire.dumps(raws))
+    finally:
+        os._exit(0)
+
+
+# ------------------------------------------------------------------------------------------------
+# The supervisor
+# ------------------------------------------------------------------------------------------------
+
+def _reap(pid: int, grace: float = 1.0) -> str:
+    """Wait for the worker (killing it after ``grace`` seconds); say how it ended."""
+    stop = time.monotonic() + grace
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() >= stop:
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            break
+        time.sleep(0.01)
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exited with code {os.WEXITSTATUS(status)}"
+
+
+def supervise(job: dict, out: int) -> None:
+    """Run one job to the end, forking a new worker past each cell or test cell that ended one."""
+    checks, cell_limit = job["checks"], float(job["cell_limit"])
+    end = time.monotonic() + float(job["total_limit"])
+    skip, first, done = set(), 0, set()
+
+    def report(kind: bytes, index: int, **info) -> None:
+        send(out, kind, index, json.dumps(info).encode())
+
+    for _ in range(len(job["cells"]) + len(checks) + 2):
+        if time.monotonic() >= end:
+            break
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_end)
+            worker(job, skip, first, write_end)
+        os.close(write_end)
+        phase, reason = _watch(pid, read_end, out, checks, cell_limit, end, done)
+        os.close(read_end)
+        if len(done) == len(checks):
+            break
+        kind, index = phase if isinstance(phase, tuple) else ("start", 0)
+        if kind == "cell":
+            report(b"E", index, reason=reason)
+            skip.add(index)
+            continue
+        if kind == "check":
+            group = checks[index]["group"]
+            first = index
+            while first < len(checks) and checks[first]["group"] == group:
+                if first not in done:
+                    report(b"X", first, reason=reason)
+                    done.add(first)
+                first += 1
+            if first < len(checks):
+                continue
+            break
+        break  # the worker ended before running anything: nothing more can run
+    for k in range(len(checks)):
+        if k not in done:
+            report(b"X", k, reason="budget" if time.monotonic() >= end else "crash")
+    send(out, b"D", 0)
+
+
+def _watch(pid, fd, out, checks, cell_limit, end, done):
+    """Relay the worker's frames until it ends; return (phase it was in, why it ended)."""
+    buffer, phase, deadline, group_deadline = b"", None, None, {}
+    while True:
+        limit = min(deadline or end, end)
+        ready, _, _ = select.select([fd], [], [], max(0.0, limit - time.monotonic()))
+        if not ready:
+            _reap(pid, 0)
+            return phase, "budget" if limit >= end else "timeout"
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return phase, _reap(pid)
+        buffer += chunk
+        while len(buffer) >= FRAME.size:
+            kind, index, length = FRAME.unpack_from(buffer)
+            bad = (kind not in b"cekr" or length > MAX_FRAME
+                   or index >= (len(checks) if kind in b"kr" else 1 << 20))
+            if bad:
+                _reap(pid, 0)
+                return phase, "garbled"
+            if len(buffer) < FRAME.size + length:
+                break
+            payload, buffer = buffer[FRAME.size:FRAME.size + length], buffer[FRAME.size + length:]
+            if kind == b"c":
+                phase, deadline = ("cell", index), time.monotonic() + cell_limit
+            elif kind == b"e":
+                send(out, b"e", index, payload)
+                phase, deadline = "cells", None
+            elif kind == b"k":
+                group = checks[index]["group"]
+                group_deadline.setdefault(group, time.monotonic() + cell_limit)
+                phase, deadline = ("check", index), group_deadline[group]
+            else:
+                send(out, b"r", index, payload)
+                done.add(index)
+
+
+def main() -> None:
+    out, jobs = os.dup(1), os.dup(0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)  # nothing a library prints can reach the frames
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: a worker cannot trace this process
+    except Exception:
+        pass
+    import torch
+
+    import attnbook  # noqa: F401
+    from attnbook_classroom.grading import wire  # noqa: F401
+    from attnbook_classroom.grading.forked import _warm_up
+
+    torch.set_num_threads(1)
+    _warm_up()
+    send(out, b"Y", 0)
+    while True:
+        header = read_exactly(jobs, 4)
+        if header is None:
+            return
+        blob = read_exactly(jobs, struct.unpack(">I", header)[0])
+        if blob is None:
+            return
+        job = torch.load(io.BytesIO(blob), weights_only=True)
+        for module in job.get("preload", []):
+            if module in ("matplotlib.pyplot", "seaborn", "numpy", "pandas"):
+                try:
+                    importlib.import_module(module)
+                except Exception:
+                    pass
+        supervise(job, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""One bubblewrap sandbox per student: the grader's side.
+
+:class:`Sandbox` starts ``python -I -m attnbook_classroom.grading.runner`` under bubblewrap (``bwrap``) with
+no network, no other process to see (its own PID, IPC and UTS namespaces), no capabilities, a
+read-only view of only what Python needs (the interpreter, its virtual environment, this package
+and the book's ``data/``), a private ``/tmp`` of 64 MiB, and its own empty ``/dev`` and ``/proc``.
+The course folder (its ``source/``, every student's work, the gradebook and the course's secret)
+is not in that view at all. :meth:`Sandbox.run` hands it one job and reads back its frames, with a
+size cap on each and a deadline on the whole; nothing it sends is unpickled.
+
+Where bubblewrap cannot run (not installed, or user namespaces disabled), :func:`check_available`
+raises :class:`SandboxUnavailable` with the reason: grading never runs a student's code without it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pathlib
+import select
+import shutil
+import signal
+import site
+import struct
+import subprocess
+import sys
+import time
+
+import torch
+
+from attnbook_classroom.grading import seccomp
+from attnbook_classroom.grading.runner import FRAME, MAX_FRAME
+
+__all__ = ["Sandbox", "SandboxUnavailable", "check_available", "bwrap_command"]
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1]  # .../attnbook
+DATA = PACKAGE.parents[1] / "data"  # the book's shipped checkpoints and results (a clone's data/)
+SYSTEM = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache",
+          "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime"]
+ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "MPLBACKEND": "Agg",
+       "MPLCONFIGDIR": "/tmp/matplotlib", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+       "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+INSTALL_HINT = ("Grading runs each student's code in a bubblewrap sandbox and refuses to grade without "
+                "one. Install it (Debian/Ubuntu: `sudo apt-get install bubblewrap`) on a Linux kernel "
+                "that lets users create user namespaces (Debian's default; on Ubuntu 24.04 and later, "
+                "bubblewrap's AppArmor profile allows it).")
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap cannot run here; the message says why and what to install."""
+
+
+def _inside(path: str, folder: str) -> bool:
+    try:
+        return os.path.commonpath([os.path.realpath(path), os.path.realpath(folder)]) == os.path.realpath(folder)
+    except ValueError:
+        return False
+
+
+def _readable_roots() -> list[str]:
+    """What the sandbox may read besides the system: Python, its packages, attnbook and data/."""
+    roots = {sys.base_prefix, sys.prefix, sys.exec_prefix, str(PACKAGE.parent)}
+    roots.update(p for p in site.getsitepackages() if os.path.isdir(p))
+    roots.add(os.path.dirname(os.path.realpath(sys.executable)))
+    if DATA.is_dir():
+        roots.add(str(DATA))
+    roots = {os.path.realpath(r) for r in roots} | {r for r in roots}
+    return sorted(r for r in roots if not any(r != o and _inside(r, o) for o in roots))
+
+
+def bwrap_command(forbidden: list[str | os.PathLike] = ()) -> list[str]:
+    """The bubblewrap command line that starts the runner; refuses if a path in ``forbidden``
+    (a course folder) would be readable inside."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise SandboxUnavailable("bubblewrap (`bwrap`) is not installed. " + INSTALL_HINT)
+    args = [bwrap, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
+            "--disable-userns", "--die-with-parent", "--new-session", "--clearenv"]
+    if os.geteuid() == 0:
+        args += ["--cap-drop", "ALL"]
+    for key, value in ENV.items():
+        args += ["--setenv", key, value]
+    # A private /tmp first: the read-only views below may lie under /tmp (a clone in /tmp/...),
+    # and a tmpfs mounted after them would hide them.
+    args += ["--dev", "/dev", "--proc", "/proc", "--size", str(64 << 20), "--tmpfs", "/tmp"]
+    for path in SYSTEM:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    roots = _readable_roots()
+    for root in roots:
+        for folder in forbidden:
+            if _inside(folder, root) or _inside(root, folder):
+                raise SandboxUnavailable(
+                    f"The course folder {folder} lies inside {root}, which the sandbox must be able to "
+                    "read (Python, its packages or the book's files): put the course folder elsewhere.")
+        args += ["--ro-bind", root, root]
+    args += ["--chdir", "/tmp", "--", sys.executable, "-I", "-m", "attnbook_classroom.grading.runner"]
+    return args
+
+
+_CHECKED: dict[tuple, str] = {}
+
+
+def check_available(forbidden: list[str | os.PathLike] = ()) -> None:
+    """Raise :class:`SandboxUnavailable` unless a sandbox can start here (checked once per process)."""
+    key = tuple(str(f) for f in forbidden)
+    if key in _CHECKED:
+        if _CHECKED[key]:
+            raise SandboxUnavailable(_CHECKED[key])
+        return
+    if not sys.platform.startswith("linux") or not seccomp.supported():
+        _CHECKED[key] = f"Grading runs student code only on Linux on x86-64 or ARM64. {INSTALL_HINT}"
+        raise SandboxUnavailable(_CHECKED[key])
+    args = bwrap_command(forbidden)
+    probe = args[:args.index("--")] + ["--", sys.executable, "-I", "-c", "import attnbook_classroom.grading.wire"]
+    result = subprocess.run(probe, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        _CHECKED[key] = (f"bubblewrap could not start a sandbox here ({result.stderr.strip()[:500]}). "
+                         + INSTALL_HINT)
+        raise SandboxUnavailable(_CHECKED[key])
+    _CHECKED[key] = ""
+
+
+class Sandbox:
+    """A running sandbox for one student: :meth:`run` a job per submission, then :meth:`close`."""
+
+    def __init__(self, forbidden: list[str | os.PathLike] = (), ready_timeout: float = 600.0):
+        self.forbidden = list(forbidden)
+        self.ready_timeout = ready_timeout
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        check_available(self.forbidden)
+        self.process = subprocess.Popen(bwrap_command(self.forbidden), stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
+        frames = self._frames(time.monotonic() + self.ready_timeout)
+        first = next(frames, None)
+        if first is None or first[0] != b"Y":
+            self.close()
+            raise SandboxUnavailable("The grading sandbox did not start (the runner did not answer). "
+                                     + INSTALL_HINT)
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def run(self, job: dict, timeout: float) -> list[tuple[bytes, int, bytes]]:
+        """Hand ``job`` to the runner; return its frames (kind, index, payload) up to ``D`` (done).
+
+        When the runner does not finish within ``timeout`` seconds or its sandbox dies, the
+        sandbox is closed and the frames read so far are returned (without ``D``)."""
+        if not self.alive:
+            self.start()
+        buffer = io.BytesIO()
+        torch.save(job, buffer)
+        blob = buffer.getvalue()
+        try:
+            self.process.stdin.write(struct.pack(">I", len(blob)) + blob)
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self.close()
+            return []
+        frames = []
+        for frame in self._frames(time.monotonic() + timeout):
+            frames.append(frame)
+            if frame[0] == b"D":
+                return frames
+        self.close()
+        return frames
+
+    def _frames(self, deadline: float):
+        fd = self.process.stdout.fileno()
+        buffer = b""
+        while True:
+            while len(buffer) >= FRAME.size:
+                kind, index, length = FRAME.unpack_from(buffer)
+                if length > MAX_FRAME + 4096:
+                    return
+                if len(buffer) < FRAME.size + length:
+                    break
+                yield kind, index, buffer[FRAME.size:FRAME.size + length]
+                buffer = buffer[FRAME.size + length:]
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return
+            buffer += chunk
+
+    def close(self) -> None:
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def parse_info(payload: bytes) -> dict:
+    """A small JSON payload (cell ends, the supervisor's reports), read defensively."""
+    if len(payload) > 1 << 20:
+        return {}
+    try:
+        info = json.loads(payload.decode())
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return info if isinstance(info, dict) else {}

@@ -1,0 +1,266 @@
+"""The controlled comparison of the book: no attention against each of the four scores.
+
+Every model sees the same task, the same batches (same seed), the same number of steps and the
+same optimiser; only the decoder differs. Run it from the repository root::
+
+    python -m attnbook_tools.experiments --steps 1500 --seeds 0 1 2 --out data
+
+It writes one small checkpoint per model and seed (``seq2seq_<score>_seed<k>.pt``: the
+state_dict and the configuration, loadable with ``torch.load(..., weights_only=True)``) and
+``seq2seq_results.json`` with each model's accuracy by source length on the fixed test set, its
+training loss (every 10th step) and its training time, and records the size and SHA-256 digest of
+every file it writes in the folder's ``manifest.json`` (:mod:`attnbook_tools.datafiles`).
+
+Loading checks everything before it trusts anything: the file's bytes against the manifest (a
+flipped byte, a truncated or empty file, another seed's file under this name), its configuration
+(types, known score, sizes small enough) before a model is built from it, that configuration
+against the name it was asked for (score and seed), every tensor (finite, the shapes the model
+expects). Each refusal is a :class:`attnbook_tools.datafiles.DataFileError` naming the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import re
+import time
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from attnbook import _checks as check
+from attnbook.tasks.reversal import ReversalTask
+from attnbook_tools.datafiles import DATA_DIR, DataFileError, load_checkpoint_file, load_json_file, record
+from attnbook.models.seq2seq import Seq2Seq
+from attnbook.models.builder import SCORE_NAMES, build_model
+from attnbook.train import evaluate, train
+
+__all__ = [
+    "DATA_DIR",
+    "RESULTS_FILE",
+    "TEST_PER_LENGTH",
+    "TEST_SEED",
+    "checkpoint_path",
+    "train_one",
+    "save_checkpoint",
+    "load_checkpoint",
+    "load_results",
+    "validate_config",
+    "run",
+    "main",
+]
+
+RESULTS_FILE = "seq2seq_results.json"
+TEST_PER_LENGTH = 100
+TEST_SEED = 12345
+MAX_HIDDEN_DIM = 1024  # a checkpoint asking for a wider model is refused before anything is built
+CONFIG_KEYS = ("score", "hidden_dim", "seed", "steps")
+_NAME = re.compile(r"seq2seq_(?P<score>[a-z_]+)_seed(?P<seed>\d+)\.pt")
+
+
+def checkpoint_path(score: str, seed: int, data_dir: str | pathlib.Path = DATA_DIR) -> pathlib.Path:
+    """Where the checkpoint of the model with ``score`` trained with ``seed`` lives.
+
+    Shapes:
+        no tensors (a path)
+    """
+    check.one_of("checkpoint_path", "score", score, SCORE_NAMES)
+    check.nonnegative_int("checkpoint_path", "seed", seed)
+    return pathlib.Path(data_dir) / f"seq2seq_{score}_seed{seed}.pt"
+
+
+def train_one(score: str, seed: int = 0, steps: int = 1500, hidden_dim: int = 64,
+              task: ReversalTask | None = None, progress: bool = True, **train_kwargs):
+    """Build the model for ``score`` with weights seeded by ``seed``, train it with batches
+    seeded by ``seed``, and return ``(model, TrainResult)``.
+
+    Shapes:
+        training batches src (64, S), tgt_in (64, S + 1); see :func:`attnbook.train.train`
+    """
+    torch.manual_seed(seed)
+    model = build_model(score, hidden_dim=hidden_dim)
+    result = train(model, task=task, steps=steps, seed=seed, progress=progress,
+                   desc=f"{score} (seed {seed})", **train_kwargs)
+    return model, result
+
+
+def save_checkpoint(model: Seq2Seq, path: str | pathlib.Path, score: str, hidden_dim: int,
+                    seed: int, steps: int) -> None:
+    """Save ``model``'s state_dict with the configuration needed to rebuild it, and record the
+    file's size and digest in its folder's manifest.
+
+    Shapes:
+        every tensor of the state_dict is saved with its own shape
+    """
+    path = pathlib.Path(path)
+    config = validate_config({"score": score, "hidden_dim": hidden_dim, "seed": seed, "steps": steps}, path)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    torch.save({"config": config, "state_dict": state}, path)
+    record([path], data_dir=path.parent)
+
+
+def validate_config(config: object, path: str | pathlib.Path) -> dict:
+    """``config`` if it is a checkpoint configuration this package can build, else a
+    :class:`DataFileError` naming ``path``: exactly the keys score (a known name), hidden_dim
+    (an int in 1..MAX_HIDDEN_DIM), seed and steps (ints >= 0).
+
+    Shapes:
+        no tensors
+    """
+    where = f"the checkpoint {str(path)!r}"
+    if not isinstance(config, Mapping) or set(config) != set(CONFIG_KEYS):
+        got = sorted(config) if isinstance(config, Mapping) else type(config).__name__
+        raise DataFileError(f"{where} has a config with keys {got}; expected {list(CONFIG_KEYS)}")
+    if config["score"] not in SCORE_NAMES:
+        raise DataFileError(f"{where} has score={config['score']!r}; expected one of {SCORE_NAMES}")
+    for key, low, high in (("hidden_dim", 1, MAX_HIDDEN_DIM), ("seed", 0, None), ("steps", 0, None)):
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
+            allowed = f"an int in {low}..{high}" if high else f"an int >= {low}"
+            raise DataFileError(f"{where} has {key}={value!r}; expected {allowed}")
+    return dict(config)
+
+
+def load_checkpoint(path: str | pathlib.Path, *, score: str | None = None,
+                    seed: int | None = None) -> tuple[Seq2Seq, dict]:
+    """Rebuild a model from a checkpoint written by :func:`save_checkpoint`; returns
+    ``(model in eval mode, config)``.
+
+    The file must match its folder's manifest, hold a valid configuration, and be the model it
+    is asked for: ``score`` and ``seed`` (by default those in the file's name
+    ``seq2seq_<score>_seed<k>.pt``). Loads with ``weights_only=True``; a model is built only
+    after its configuration is validated, and the weights must have the shapes it expects.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        DataFileError: any check fails (the message names the file).
+
+    Shapes:
+        the model maps src (B, S), src_lengths (B,) -> tokens (B, T'), as :func:`attnbook.models.seq2seq.build_model`
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"load_checkpoint: no checkpoint at `path` {str(path)!r}; run "
+                                f"`python -m attnbook_tools.experiments` to train the models")
+    expected = {}
+    named = _NAME.fullmatch(path.name)
+    if named:
+        expected = {"score": named["score"], "seed": int(named["seed"])}
+    expected.update({k: v for k, v in (("score", score), ("seed", seed)) if v is not None})
+    saved = load_checkpoint_file(path, expected)
+    config = validate_config(saved["config"], path)
+    model = build_model(config["score"], hidden_dim=config["hidden_dim"])
+    _load_weights(model, saved["state_dict"], path)
+    model.eval()
+    return model, config
+
+
+def _load_weights(model: Seq2Seq, state: dict, path: pathlib.Path) -> None:
+    """Load ``state`` into ``model`` if its names and shapes are exactly the model's."""
+    wanted = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    got = {name: tuple(t.shape) for name, t in state.items()}
+    if wanted != got:
+        missing, extra = sorted(set(wanted) - set(got)), sorted(set(got) - set(wanted))
+        wrong = sorted(n for n in set(wanted) & set(got) if wanted[n] != got[n])
+        raise DataFileError(f"the checkpoint {str(path)!r} does not hold the weights of the model its config "
+                            f"describes (missing {missing[:3]}, unexpected {extra[:3]}, other shapes {wrong[:3]})")
+    model.load_state_dict(state)
+
+
+def load_results(data_dir: str | pathlib.Path = DATA_DIR) -> dict:
+    """The results JSON written by :func:`run`, checked against the folder's manifest.
+
+    Shapes:
+        no tensors: per-length lists of accuracies, one entry per source length
+    """
+    path = pathlib.Path(data_dir) / RESULTS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"load_results: no results at {str(path)!r}; run `python -m attnbook_tools.experiments`")
+    results = load_json_file(path)
+    runs = results.get("runs")
+    if not isinstance(runs, dict):
+        raise DataFileError(f"the results file {str(path)!r} has no 'runs'")
+    for key, entry in runs.items():
+        if not isinstance(entry, dict) or key != f"{entry.get('score')}/seed{entry.get('seed')}":
+            raise DataFileError(f"the results file {str(path)!r} labels a run {key!r} that holds "
+                                f"score={_get(entry, 'score')!r}, seed={_get(entry, 'seed')!r}")
+    return results
+
+
+def _get(entry: object, key: str) -> object:
+    return entry.get(key) if isinstance(entry, dict) else None
+
+
+def run(scores: Sequence[str] = SCORE_NAMES, seeds: Sequence[int] = (0,), steps: int = 1500,
+        hidden_dim: int = 64, out: str | pathlib.Path = DATA_DIR, progress: bool = True) -> dict:
+    """Train every (score, seed) pair, save the checkpoints and the results JSON in ``out``.
+
+    An existing results file in ``out`` is checked against the manifest and updated, so seeds can be
+    trained in separate runs, one after the other (not in parallel: each run rewrites the results
+    file and the manifest). Every file written is recorded in ``out``'s manifest.
+
+    Shapes:
+        no tensors returned: the results dict (see the module docstring)
+    """
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    task = ReversalTask()
+    test_sources, test_targets = task.test_set(TEST_PER_LENGTH, seed=TEST_SEED)
+    results_path = out / RESULTS_FILE
+    results = load_results(out) if results_path.is_file() else {}
+    results["setup"] = {
+        "task": f"reverse digit sequences, source lengths {task.min_len}-{task.max_len}",
+        "hidden_dim": hidden_dim, "steps": steps, "batch_size": 64, "lr": 3e-3, "clip": 1.0,
+        "test_per_length": TEST_PER_LENGTH, "test_seed": TEST_SEED,
+    }
+    runs = results.setdefault("runs", {})
+    for seed in seeds:
+        for score in scores:
+            model, result = train_one(score, seed, steps, hidden_dim, task, progress)
+            save_checkpoint(model, checkpoint_path(score, seed, out), score, hidden_dim, seed, steps)
+            start = time.perf_counter()
+            evaluation = evaluate(model, test_sources, test_targets)
+            runs[f"{score}/seed{seed}"] = {
+                "score": score,
+                "seed": seed,
+                "train_seconds": round(result.seconds, 1),
+                "eval_seconds": round(time.perf_counter() - start, 2),
+                "loss_every_10": [round(x, 4) for x in result.losses[::10]],
+                "evaluation": evaluation.to_dict(),
+            }
+            print(f"{score:>10} seed {seed}: {result.seconds:6.1f} s, exact by length "
+                  + ", ".join(f"{k}: {v:.2f}" for k, v in evaluation.bucketed().items()), flush=True)
+            tmp = results_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+            tmp.replace(results_path)
+            record([results_path], data_dir=out)
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The command line: ``python -m attnbook_tools.experiments --help``.
+
+    Shapes:
+        no tensors
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m attnbook_tools.experiments",
+        description="Train the seq2seq models without attention and with each score; save "
+                    "checkpoints and results.",
+    )
+    parser.add_argument("--scores", nargs="+", default=list(SCORE_NAMES), choices=SCORE_NAMES)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--hidden-dim", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1 gives the same numbers on every machine)")
+    parser.add_argument("--out", default=str(DATA_DIR))
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    run(args.scores, args.seeds, args.steps, args.hidden_dim, args.out, not args.no_progress)
+
+
+if __name__ == "__main__":
+    main()
