@@ -255,7 +255,7 @@ def test_score_returning_wrong_shape(raises_naming):
             return keys @ queries.transpose(1, 2)  # (B, S, L): wrong
 
     q, k, v = qkv()
-    with raises_naming(ValueError, "`score`", "(3, 4, 6)", "(3, 6, 4)"):
+    with raises_naming(ValueError, "`score(queries, keys)`", "L=4", "(3, 6, 4)"):
         Attention(Transposed())(q, k, v)
 
 

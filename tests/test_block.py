@@ -1,6 +1,6 @@
-"""The Transformer block: every variant's shapes, the residual path, causality, key padding, the
-decoder block's cross-attention, dropout only in training, and equality with the pre-norm block
-of attnbook.models.transformer (same initialisation, same outputs)."""
+"""The Transformer block: shapes, the residual path, pre- and post-norm, causality, key padding, the
+decoder block's cross-attention, dropout only in training, equality with chapter 8's block, and
+the ablation variants built from it in attnbook_tools.ablations (no residual, no norm, no MLP)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,16 @@ from torch import nn
 
 from attnbook.block import DecoderBlock, TransformerBlock
 from attnbook.kv_cache import KVCache
-from attnbook.block import TransformerBlock as TinyTransformerBlock
+from attnbook.models.transformer import TransformerBlock as TinyTransformerBlock
+from attnbook_tools.ablations import AblationBlock
 
 E, H = 16, 4
 VARIANTS = [
     dict(residual=residual, norm=norm, mlp=mlp)
     for residual, norm, mlp in itertools.product((True, False), ("pre", "post", None), (True, False))
 ]
+ATTENTION_PARAMETERS = 4 * E * E + 4 * E  # q_proj, k_proj, v_proj, out_proj: (E, E) weights and (E,) biases
+MLP_PARAMETERS = 8 * E * E + 5 * E  # (E, 4E) + (4E,) and (4E, E) + (E,)
 
 
 def ids(variant):
@@ -37,51 +40,89 @@ def zero_sublayer_outputs(block: nn.Module) -> None:
             block.mlp[2].bias.zero_()
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=ids)
+@pytest.mark.parametrize("norm_first", [True, False])
 @pytest.mark.parametrize("causal", [True, False])
-def test_shapes_and_parameters(variant, causal):
+def test_shapes_parameters_and_state_dict_keys(norm_first, causal):
     torch.manual_seed(0)
-    block = TransformerBlock(E, H, causal=causal, **variant).eval()
+    block = TransformerBlock(E, H, causal=causal, norm_first=norm_first).eval()
     x = torch.randn(3, 7, E)
     y, weights = block(x, need_weights=True)
     assert y.shape == x.shape and weights.shape == (3, H, 7, 7)
     torch.testing.assert_close(weights.sum(-1), torch.ones(3, H, 7))
-    norms = [m for m in block.modules() if isinstance(m, nn.LayerNorm)]
-    assert len(norms) == (0 if variant["norm"] is None else 1 + variant["mlp"])
-    assert (block.mlp is not None) == variant["mlp"]
-    attention = 4 * E * E + 4 * E
-    mlp = (8 * E * E + 5 * E) if variant["mlp"] else 0
-    assert sum(p.numel() for p in block.parameters()) == attention + mlp + 2 * E * len(norms)
+    assert isinstance(block.attn, nn.Module) and type(block.attn).__name__ == (
+        "CausalSelfAttention" if causal else "MultiHeadAttention")
+    assert sum(p.numel() for p in block.parameters()) == ATTENTION_PARAMETERS + MLP_PARAMETERS + 2 * 2 * E
+    assert list(block.state_dict()) == [
+        "norm1.weight", "norm1.bias", *(f"attn.{p}_proj.{t}" for p in "qkv" for t in ("weight", "bias")),
+        "attn.out_proj.weight", "attn.out_proj.bias", "norm2.weight", "norm2.bias",
+        "mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias"]
 
 
-@pytest.mark.parametrize("norm", ["pre", None])
 @pytest.mark.parametrize("causal", [True, False])
-def test_residual_block_is_the_identity_when_sublayers_add_nothing(norm, causal):
+def test_residual_block_is_the_identity_when_sublayers_add_nothing(causal):
     torch.manual_seed(1)
-    block = TransformerBlock(E, H, causal=causal, norm=norm).eval()
-    zero_sublayer_outputs(block)
     x = torch.randn(2, 5, E)
-    assert torch.equal(block(x)[0], x)  # the residual path carries x through unchanged
-    no_residual = TransformerBlock(E, H, causal=causal, norm=norm, residual=False).eval()
-    zero_sublayer_outputs(no_residual)
-    assert torch.equal(no_residual(x)[0], torch.zeros_like(x))  # without it nothing gets through
+    for block in (TransformerBlock(E, H, causal=causal), AblationBlock(E, H, causal=causal, norm=None)):
+        zero_sublayer_outputs(block.eval())
+        assert torch.equal(block(x)[0], x)  # the residual path carries x through unchanged
+    for norm in ("pre", None):
+        no_residual = AblationBlock(E, H, causal=causal, norm=norm, residual=False).eval()
+        zero_sublayer_outputs(no_residual)
+        assert torch.equal(no_residual(x)[0], torch.zeros_like(x))  # without it nothing gets through
 
 
 def test_post_norm_normalises_the_output_and_pre_norm_does_not():
     torch.manual_seed(2)
     x = 5 + 3 * torch.randn(2, 6, E)
-    post = TransformerBlock(E, H, norm="post").eval()
-    y = post(x)[0]
-    torch.testing.assert_close(y.mean(-1), torch.zeros(2, 6), atol=1e-5, rtol=0)
-    torch.testing.assert_close(y.var(-1, unbiased=False), torch.ones(2, 6), atol=1e-3, rtol=0)
-    pre = TransformerBlock(E, H, norm="pre").eval()
+    for post in (TransformerBlock(E, H, norm_first=False).eval(), DecoderBlock(E, H, norm_first=False).eval()):
+        y = post(x)[0] if isinstance(post, TransformerBlock) else post(x, torch.randn(2, 3, E))[0]
+        torch.testing.assert_close(y.mean(-1), torch.zeros(2, 6), atol=1e-5, rtol=0)
+        torch.testing.assert_close(y.var(-1, unbiased=False), torch.ones(2, 6), atol=1e-3, rtol=0)
+    pre = TransformerBlock(E, H, norm_first=True).eval()
     assert pre(x)[0].mean(-1).abs().min() > 1.0  # the residual stream keeps its offset
+    assert DecoderBlock(E, H).eval()(x, torch.randn(2, 3, E))[0].mean(-1).abs().min() > 1.0
+
+
+def test_each_form_is_the_formula_of_its_docstring():
+    """pre-norm: x + f(LN(x)) per sub-layer; post-norm: LN(x + f(x)), with the block's own parts."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 6, E)
+    for norm_first in (True, False):
+        block = TransformerBlock(E, H, norm_first=norm_first).eval()
+        attn = lambda h: block.attn(h)[0]  # noqa: E731
+        if norm_first:
+            h = x + attn(block.norm1(x))
+            expected = h + block.mlp(block.norm2(h))
+        else:
+            h = block.norm1(x + attn(x))
+            expected = block.norm2(h + block.mlp(h))
+        torch.testing.assert_close(block(x)[0], expected, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=ids)
+def test_ablation_defaults_and_post_norm_are_the_library_block(variant):
+    """An AblationBlock that leaves nothing out is TransformerBlock, state dict and outputs alike."""
+    torch.manual_seed(4)
+    ablated = AblationBlock(E, H, **variant).eval()
+    x = torch.randn(2, 5, E)
+    norms = [m for m in ablated.modules() if isinstance(m, nn.LayerNorm)]
+    assert len(norms) == (0 if variant["norm"] is None else 1 + variant["mlp"])
+    assert (ablated.mlp is not None) == variant["mlp"]
+    parameters = ATTENTION_PARAMETERS + (MLP_PARAMETERS if variant["mlp"] else 0) + 2 * E * len(norms)
+    assert sum(p.numel() for p in ablated.parameters()) == parameters
+    library = TransformerBlock(E, H, norm_first=variant["norm"] != "post").eval()
+    assert set(ablated.state_dict()) <= set(library.state_dict())
+    if variant["residual"] and variant["mlp"] and variant["norm"] is not None:
+        library.load_state_dict(ablated.state_dict())
+        assert torch.equal(ablated(x)[0], library(x)[0])
+    y, weights = ablated(x, need_weights=True)
+    assert y.shape == x.shape and weights.shape == (2, H, 5, 5)
+
+
+@pytest.mark.parametrize("variant", VARIANTS + [dict(norm_first=False)], ids=ids)
 def test_causal_block_never_looks_ahead(variant):
     torch.manual_seed(3)
-    block = TransformerBlock(E, H, **variant).eval()
+    block = (TransformerBlock(E, H, **variant) if "norm_first" in variant else AblationBlock(E, H, **variant)).eval()
     x = torch.randn(2, 8, E)
     changed = x.clone()
     changed[:, 5:] = torch.randn(2, 3, E)  # change the future of position 4
@@ -108,35 +149,43 @@ def test_encoder_block_sees_every_position_but_no_padded_key():
     assert not torch.allclose(block(future)[0][1, 0], block(x)[0][1, 0])  # not causal: position 0 sees 6
 
 
-def test_decoder_block_cross_attention():
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_decoder_block_cross_attention(norm_first):
     torch.manual_seed(5)
-    block = DecoderBlock(E, H).eval()
+    block = DecoderBlock(E, H, norm_first=norm_first).eval()
     x, memory = torch.randn(2, 5, E), torch.randn(2, 7, E)  # L = 5 decoder positions, S = 7 source positions
-    memory_key_mask = torch.tensor([[True] * 3 + [False] * 4, [True] * 7])
-    y, self_weights, cross_weights = block(x, memory, memory_key_mask=memory_key_mask, need_weights=True)
+    key_mask = torch.tensor([[True] * 3 + [False] * 4, [True] * 7])  # (B, S): the memory's real positions
+    y, self_weights, cross_weights = block(x, memory, key_mask=key_mask, need_weights=True)
     assert y.shape == (2, 5, E) and self_weights.shape == (2, H, 5, 5) and cross_weights.shape == (2, H, 5, 7)
     # every query row sums to 1 over the real keys, and padded keys get exactly 0
-    for b, real in enumerate(memory_key_mask.sum(1).tolist()):
+    for b, real in enumerate(key_mask.sum(1).tolist()):
         torch.testing.assert_close(cross_weights[b, ..., :real].sum(-1), torch.ones(H, 5))
         assert torch.all(cross_weights[b, ..., real:] == 0)
     assert self_weights.triu(1).abs().max() == 0  # the decoder's self-attention is causal
     padded = memory.clone()
     padded[0, 3:] = torch.randn(4, E)
-    torch.testing.assert_close(block(x, padded, memory_key_mask=memory_key_mask)[0], y, rtol=0, atol=0)
+    torch.testing.assert_close(block(x, padded, key_mask=key_mask)[0], y, rtol=0, atol=0)
     changed = x.clone()
     changed[:, 3:] = torch.randn(2, 2, E)
-    torch.testing.assert_close(block(changed, memory, memory_key_mask=memory_key_mask)[0][:, :3], y[:, :3],
-                               rtol=0, atol=0)
-    # with every sub-layer adding nothing, the block is the identity on x whatever the memory
-    zero_sublayer_outputs(block)
-    assert torch.equal(block(x, memory)[0], x)
+    torch.testing.assert_close(block(changed, memory, key_mask=key_mask)[0][:, :3], y[:, :3], rtol=0, atol=0)
+    assert not torch.allclose(block(x, memory.flip(1))[0], block(x, memory)[0])  # the memory matters
+    if norm_first:  # with every sub-layer adding nothing, the block is the identity on x whatever the memory
+        zero_sublayer_outputs(block)
+        assert torch.equal(block(x, memory)[0], x)
 
 
-def test_decoder_block_shares_the_sublayer_code_and_adds_its_parameters():
+def test_decoder_block_is_its_own_module_with_three_sublayers():
     block = DecoderBlock(E, H)
-    names = {n.split(".")[0] for n, _ in block.named_parameters()}
-    assert names == {"norm1", "attn", "cross_norm", "cross_attn", "norm2", "mlp"}
-    assert sum(p.numel() for p in block.parameters()) == 2 * (4 * E * E + 4 * E) + 8 * E * E + 5 * E + 3 * 2 * E
+    assert not isinstance(block, TransformerBlock)
+    names = [n.split(".")[0] for n, _ in block.named_parameters()]
+    assert list(dict.fromkeys(names)) == ["norm1", "attn", "cross_norm", "cross_attn", "norm2", "mlp"]
+    assert sum(p.numel() for p in block.parameters()) == 2 * ATTENTION_PARAMETERS + MLP_PARAMETERS + 3 * 2 * E
+    cache = KVCache(2, H, 8, E // H)
+    x, memory = torch.randn(2, 6, E), torch.randn(2, 3, E)
+    full = block.eval()(x, memory)[0]
+    steps = [block(x[:, :4], memory, cache=cache)[0]] + [block(x[:, t : t + 1], memory, cache=cache)[0]
+                                                          for t in (4, 5)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-6, rtol=0)
 
 
 def test_default_block_equals_the_tiny_transformer_block():
@@ -171,16 +220,22 @@ def test_dropout_only_in_training():
 
 
 def test_bad_arguments_name_themselves():
-    with pytest.raises(ValueError, match="`norm`"):
-        TransformerBlock(E, H, norm="middle")
+    with pytest.raises(TypeError, match="`norm_first`"):
+        TransformerBlock(E, H, norm_first="pre")
     with pytest.raises(ValueError, match="`mlp_ratio`"):
         TransformerBlock(E, H, mlp_ratio=0)
-    with pytest.raises(TypeError, match="`residual`"):
-        TransformerBlock(E, H, residual=1)
+    with pytest.raises(TypeError, match="`causal`"):
+        TransformerBlock(E, H, causal=1)
     with pytest.raises(ValueError, match="`max_len`"):
         TransformerBlock(E, H, causal=False, max_len=8)
     with pytest.raises(ValueError, match="`embed_dim`"):
         TransformerBlock(E, 3)
+    with pytest.raises(TypeError, match="residual"):  # the library's block has no such switch
+        TransformerBlock(E, H, residual=False)
+    with pytest.raises(ValueError, match="`norm`"):
+        AblationBlock(E, H, norm="middle")
+    with pytest.raises(TypeError, match="`residual`"):
+        AblationBlock(E, H, residual=1)
     x = torch.randn(2, 4, E)
     with pytest.raises(ValueError, match="`key_mask`"):
         TransformerBlock(E, H)(x, key_mask=torch.ones(2, 4, dtype=torch.bool))
@@ -190,12 +245,12 @@ def test_bad_arguments_name_themselves():
         TransformerBlock(E, H, causal=False)(x, key_mask=torch.ones(2, 5, dtype=torch.bool))
     with pytest.raises(TypeError, match="`memory`"):
         DecoderBlock(E, H)(x, None)
-    with pytest.raises(ValueError, match="causal=False"):
+    with pytest.raises(TypeError, match="causal"):  # the decoder's self-attention is always causal
         DecoderBlock(E, H, causal=False)
-    with pytest.raises(ValueError, match="`norm`"):
-        DecoderBlock(E, H, norm="sandwich")
+    with pytest.raises(TypeError, match="`norm_first`"):
+        DecoderBlock(E, H, norm_first=None)
     with pytest.raises(ValueError, match="`key_mask`"):
-        DecoderBlock(E, H)(x, torch.randn(2, 3, E), memory_key_mask=torch.ones(2, 4, dtype=torch.bool))
+        DecoderBlock(E, H)(x, torch.randn(2, 3, E), key_mask=torch.ones(2, 4, dtype=torch.bool))
 
 
 # ----------------------------------------------------------------------------- the ablation experiments
@@ -229,7 +284,7 @@ def test_ablation_models_use_the_block_variant(variant):
     model = ablations.ablation_model(variant, num_layers=2, vocab_size=8, embed_dim=16, num_heads=2, seq_len=6)
     options = ablations.VARIANTS[variant]
     for block in model.blocks:
-        assert isinstance(block, TransformerBlock)
+        assert isinstance(block, AblationBlock) and isinstance(block, TransformerBlock)
         assert block.residual == options.get("residual", True) and block.norm == options.get("norm", "pre")
         assert (block.mlp is None) == (options.get("mlp", True) is False)
     assert isinstance(model.norm, nn.Identity) == (options.get("norm", "pre") is None)

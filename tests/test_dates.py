@@ -119,8 +119,8 @@ def test_split_holds_out_the_test_dates():
 def test_batches_pad_and_shift():
     examples = [dates.render(datetime.date(1994, 3, 3), "slashes"), dates.render(datetime.date(1994, 3, 3), "upper")]
     batch = dates.make_batch(examples)
-    assert batch.src.shape == (2, 12) and batch.src_key_mask.dtype == torch.bool
-    assert batch.src_key_mask.sum(1).tolist() == [10, 12]
+    assert batch.src.shape == (2, 12) and batch.key_mask.dtype == torch.bool
+    assert batch.key_mask.sum(1).tolist() == [10, 12]
     assert (batch.src[0, 10:] == dates.PAD).all()
     assert batch.tgt_in[:, 0].eq(dates.SOS).all() and batch.tgt_out[:, -1].eq(dates.EOS).all()
     assert torch.equal(batch.tgt_in[:, 1:], batch.tgt_out[:, :-1])

@@ -31,6 +31,7 @@ from attnbook_tools.plots import (  # noqa: E402
 )
 from attnbook.models.builder import build_model  # noqa: E402
 from attnbook.block import TransformerBlock  # noqa: E402
+from attnbook_tools.ablations import AblationBlock  # noqa: E402
 from attnbook.models.transformer import TinyTransformer  # noqa: E402
 
 F64 = torch.float64
@@ -290,7 +291,8 @@ BLOCK_VARIANTS = {
 @pytest.mark.parametrize("variant", BLOCK_VARIANTS)
 def test_block_diagram_says_what_each_variant_does(variant):
     options, stream, branches = BLOCK_VARIANTS[variant]
-    fig, d = draw_block(TransformerBlock(16, 4, **options), torch.randn(2, 5, 16))
+    block = AblationBlock(16, 4, **options) if options else TransformerBlock(16, 4)  # the variants: chapter 8b's
+    fig, d = draw_block(block, torch.randn(2, 5, 16))
     assert d.facts["on the stream"] == stream and d.facts["branches"] == branches
     sums = stream.count("add") + stream.count("add_1")
     labels = {"norm1": "norm1: LayerNorm", "norm2": "norm2: LayerNorm", "attn": "attn: CausalSelfAttention",
@@ -322,13 +324,13 @@ def test_transformer_encoder_decoder_is_drawn_from_its_forward():
                               dates.render(dates.LAST_DATE, "weekday_month_ordinal")])
     B, S = batch.src.shape
     L = batch.tgt_in.shape[1]
-    fig, d = draw_transformer_encoder_decoder(model, batch.src, batch.src_key_mask, batch.tgt_in, item=1)
+    fig, d = draw_transformer_encoder_decoder(model, batch.src, batch.key_mask, batch.tgt_in, item=1)
     assert model.training  # put back as it was
     assert d.boxes["memory"].shape == (B, S, 16) and d.boxes["logits"].shape == (B, L, dates.VOCAB_SIZE)
     assert d.boxes["cross_attention"].shape == (B, 2, L, S) and d.boxes["self_attention"].shape == (B, 2, L, L)
-    assert torch.equal(d.grids["key_mask"].as_tensor(), batch.src_key_mask)
+    assert torch.equal(d.grids["key_mask"].as_tensor(), batch.key_mask)
     assert torch.equal(d.grids["decoder self-attention"].as_tensor(), causal_mask(L, L))
-    assert d.facts["padded keys"] == int((~batch.src_key_mask).sum()) > 0
+    assert d.facts["padded keys"] == int((~batch.key_mask).sum()) > 0
     assert d.facts["padded keys get cross-attention weight 0"] and d.facts["each cross-attention row sums to 1"]
     assert d.facts["padded keys get encoder self-attention weight 0"]
     assert "in each of its 2 blocks" not in d.summary and "in its block a causal self-attention" in d.summary
@@ -344,10 +346,10 @@ def test_transformer_encoder_decoder_refuses_what_it_cannot_draw(raises_naming):
     model = EncoderDecoder(dates.VOCAB_SIZE, 32, embed_dim=16, num_heads=2)
     batch = dates.make_batch([dates.render(dates.FIRST_DATE, "slashes")])
     with raises_naming(TypeError, "draw_transformer_encoder_decoder", "EncoderDecoder"):
-        draw_transformer_encoder_decoder(build_model("dot", hidden_dim=8), batch.src, batch.src_key_mask,
+        draw_transformer_encoder_decoder(build_model("dot", hidden_dim=8), batch.src, batch.key_mask,
                                          batch.tgt_in)
     with raises_naming(ValueError, "draw_transformer_encoder_decoder", "`item`"):
-        draw_transformer_encoder_decoder(model, batch.src, batch.src_key_mask, batch.tgt_in, item=1)
+        draw_transformer_encoder_decoder(model, batch.src, batch.key_mask, batch.tgt_in, item=1)
 
 
 # ----------------------------------------------------------------------------- legibility

@@ -33,35 +33,35 @@ def a_batch() -> dates.DateBatch:
 
 def test_shapes_and_weights():
     model, batch = small_model(), a_batch()
-    logits, attentions = model(batch.src, batch.src_key_mask, batch.tgt_in, need_weights=True)
+    logits, attentions = model(batch.src, batch.key_mask, batch.tgt_in, need_weights=True)
     B, S = batch.src.shape
     L = batch.tgt_in.shape[1]
     assert logits.shape == (B, L, V)
     assert [w.shape for w in attentions.encoder] == [(B, 2, S, S)] * 2
     assert [w.shape for w in attentions.decoder_self] == [(B, 2, L, L)] * 2
     assert [w.shape for w in attentions.cross] == [(B, 2, L, S)] * 2
-    real = batch.src_key_mask.sum(1).tolist()
+    real = batch.key_mask.sum(1).tolist()
     for w in attentions.cross + attentions.encoder:
         for b, n in enumerate(real):
             torch.testing.assert_close(w[b, ..., :n].sum(-1), torch.ones(w.shape[1:-1]))
             assert torch.all(w[b, ..., n:] == 0)
     for w in attentions.decoder_self:
         assert torch.all(w.triu(1) == 0)
-    torch.testing.assert_close(model(batch.src, batch.src_key_mask, batch.tgt_in), logits, rtol=0, atol=0)
+    torch.testing.assert_close(model(batch.src, batch.key_mask, batch.tgt_in), logits, rtol=0, atol=0)
 
 
 def test_padding_changes_nothing_and_the_decoder_is_causal():
     model, batch = small_model(1), a_batch()
-    logits = model(batch.src, batch.src_key_mask, batch.tgt_in)
+    logits = model(batch.src, batch.key_mask, batch.tgt_in)
     src = batch.src.clone()
-    src[~batch.src_key_mask] = 7  # other tokens on the padded positions
-    assert (~batch.src_key_mask).any()
-    torch.testing.assert_close(model(src, batch.src_key_mask, batch.tgt_in), logits, rtol=0, atol=0)
+    src[~batch.key_mask] = 7  # other tokens on the padded positions
+    assert (~batch.key_mask).any()
+    torch.testing.assert_close(model(src, batch.key_mask, batch.tgt_in), logits, rtol=0, atol=0)
     # without the mask the padding is read, and the logits change
     assert not torch.allclose(model(src, None, batch.tgt_in), logits)
     tgt = batch.tgt_in.clone()
     tgt[:, 6:] = 5  # change the target from position 6 on
-    changed = model(batch.src, batch.src_key_mask, tgt)
+    changed = model(batch.src, batch.key_mask, tgt)
     torch.testing.assert_close(changed[:, :6], logits[:, :6], rtol=0, atol=0)
     assert not torch.allclose(changed[:, 6:], logits[:, 6:])
 
@@ -71,17 +71,17 @@ def test_a_padded_batch_gives_each_sequence_its_own_answer():
     examples = [dates.render(datetime.date(2001, 9, 11), "upper"), dates.render(datetime.date(1994, 3, 3), "the_ordinal_of")]
     batch = dates.make_batch(examples)
     one = dates.make_batch(examples[:1])
-    together = model(batch.src, batch.src_key_mask, batch.tgt_in)[0]
-    alone = model(one.src, one.src_key_mask, one.tgt_in)[0]
+    together = model(batch.src, batch.key_mask, batch.tgt_in)[0]
+    alone = model(one.src, one.key_mask, one.tgt_in)[0]
     torch.testing.assert_close(together, alone, atol=1e-5, rtol=0)
 
 
 def test_generate_is_greedy_and_stops_at_eos():
     model, batch = small_model(3), a_batch()
-    tokens = model.generate(batch.src, batch.src_key_mask, 11)  # (B, N)
+    tokens = model.generate(batch.src, batch.key_mask, 11)  # (B, N)
     assert tokens.shape[0] == 2 and 1 <= tokens.shape[1] <= 11
     start = torch.full((2, 1), dates.SOS)
-    logits = model(batch.src, batch.src_key_mask, torch.cat([start, tokens[:, :-1]], dim=1))
+    logits = model(batch.src, batch.key_mask, torch.cat([start, tokens[:, :-1]], dim=1))
     greedy = logits.argmax(-1)
     for b in range(2):
         row = tokens[b].tolist()
@@ -90,21 +90,21 @@ def test_generate_is_greedy_and_stops_at_eos():
         assert all(t == dates.PAD for t in row[end:])  # and only padding after the end
     assert model.training is False
     model.train()
-    model.generate(batch.src, batch.src_key_mask, 3)
+    model.generate(batch.src, batch.key_mask, 3)
     assert model.training is True  # the mode is restored
 
 
 def test_bad_input_is_named():
     model, batch = small_model(), a_batch()
-    src, mask, tgt = batch.src, batch.src_key_mask, batch.tgt_in
+    src, mask, tgt = batch.src, batch.key_mask, batch.tgt_in
     cases = [
         ((src.float(), mask, tgt), TypeError, "`src`.*int"),
         ((src[0], mask, tgt), ValueError, r"`src` must be 2-D"),
         ((src + 100, mask, tgt), ValueError, "`src` holds the id"),
         ((src, mask, tgt - 5), ValueError, "`tgt_in` holds the id -"),
-        ((src, mask.long(), tgt), TypeError, "`src_key_mask` must be a bool"),
-        ((src, mask[:, :-1], tgt), ValueError, r"`src_key_mask` must have the shape of `src`"),
-        ((src, torch.zeros_like(mask), tgt), ValueError, "row 0 is all False"),
+        ((src, mask.long(), tgt), TypeError, "`key_mask` must be .*bool"),
+        ((src, mask[:, :-1], tgt), ValueError, r"`key_mask` must have shape \(B, S\)"),
+        ((src, torch.zeros_like(mask), tgt), ValueError, "a row that is all False"),
         ((src, mask, tgt[:1]), ValueError, "same batch size"),
         ((torch.ones(2, 40, dtype=torch.long), None, tgt), ValueError, "max_len=32"),
         (([[1, 2]], mask, tgt), TypeError, "`src` must be a tensor"),
@@ -134,8 +134,8 @@ def test_checkpoints_load_only_when_verified(tmp_path):
     loaded, got = load_model(path, {"embed_dim": 16})
     assert got["steps"] == 0 and not loaded.training
     batch = a_batch()
-    torch.testing.assert_close(loaded(batch.src, batch.src_key_mask, batch.tgt_in),
-                               model(batch.src, batch.src_key_mask, batch.tgt_in), rtol=0, atol=0)
+    torch.testing.assert_close(loaded(batch.src, batch.key_mask, batch.tgt_in),
+                               model(batch.src, batch.key_mask, batch.tgt_in), rtol=0, atol=0)
     with pytest.raises(DataFileError, match="embed_dim=16"):
         load_model(path)  # the shipped configuration has another width
     data = bytearray(path.read_bytes())

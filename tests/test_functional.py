@@ -285,19 +285,23 @@ def test_low_precision_large_scores_do_not_overflow(dtype):
     assert_close(out, sdpa(q, k, v))
 
 
-def test_package_exports_the_function_attention():
-    """`from attnbook import attention` gives the function; the module `attnbook.attention`, which
-    holds the Attention module, re-exports the same function."""
+def test_attnbook_attention_is_the_module_and_the_function_lives_in_functional():
+    """`attnbook.attention` is the module holding the Attention module, however it is imported; the
+    function is `attnbook.functional.attention`, and the package does not rebind the name."""
     import importlib
+    import types
 
+    import attnbook
+    import attnbook.attention as imported
     import attnbook.functional
-    from attnbook import attention as exported
+    from attnbook import attention as from_package
     from attnbook.attention import Attention
 
     module = importlib.import_module("attnbook.attention")
-    assert exported is attnbook.functional.attention is attention
-    assert module.attention is attnbook.functional.attention and module.Attention is Attention
-    assert "attention" in module.__all__
+    assert imported is from_package is module is attnbook.attention
+    assert isinstance(module, types.ModuleType) and module.Attention is Attention
+    assert "attention" not in module.__all__ and "attention" not in attnbook.__all__
+    assert attnbook.functional.attention is attention and callable(attention)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

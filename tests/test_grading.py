@@ -106,9 +106,9 @@ class NoOutMHA(GoodMHA):
         return good_merge(good_sdpa(q, k, v, None if mask is None else mask[:, None]))
 
 
-def good_s2s(decoder_state, encoder_states, source_mask):
+def good_s2s(decoder_state, encoder_states, key_mask):
     scores = (encoder_states @ decoder_state[:, :, None])[..., 0]  # (B, S)
-    weights = good_masked_softmax(scores, source_mask)
+    weights = good_masked_softmax(scores, key_mask)
     return (weights[:, :, None] * encoder_states).sum(1), weights
 
 
@@ -186,7 +186,7 @@ def good_block_parameters(E, mlp_ratio):
     return {"attention": 4 * E * E + 4 * E, "mlp": 2 * mlp_ratio * E * E + mlp_ratio * E + E, "norms": 4 * E}
 
 
-def good_greedy_decode(state, config, src, src_key_mask, steps):
+def good_greedy_decode(state, config, src, key_mask, steps):
     from attnbook.tasks import dates
     from attnbook.models.encoder_decoder import EncoderDecoder
 
@@ -194,11 +194,11 @@ def good_greedy_decode(state, config, src, src_key_mask, steps):
     model.load_state_dict(state)
     model.eval()
     with torch.no_grad():
-        memory, _ = model.encode(src, src_key_mask)
+        memory, _ = model.encode(src, key_mask)
         target = torch.full((src.shape[0], 1), dates.SOS)
         ended = torch.zeros(src.shape[0], dtype=torch.bool)
         for _ in range(steps):
-            logits, _, _ = model.decode(target, memory, src_key_mask)
+            logits, _, _ = model.decode(target, memory, key_mask)
             token = logits[:, -1].argmax(dim=-1).masked_fill(ended, dates.PAD)
             target = torch.cat([target, token[:, None]], dim=1)
             ended |= token == dates.EOS
@@ -340,9 +340,9 @@ def _heads_answer(seed=0, out="columns", reduce="max", only="q"):
         before = mha(x, x, x)[0]
         for name, blocks in (("all_heads", "qkv"), ("queries_only", only)):
             other = copy.deepcopy(mha)
-            heads = other.in_proj_weight.view(3, H, E // H, E)  # (q/k/v, H, D, E)
-            for i in ("qkv".index(b) for b in blocks):
-                heads[i] = heads[i][order].clone()
+            for b in blocks:
+                heads = getattr(other, f"{b}_proj").weight.view(H, E // H, E)  # (H, D, E): rows by head
+                heads.copy_(heads[order].clone())
             W_o = other.out_proj.weight.view(E, H, E // H)  # (E, H, D): columns by head
             if name == "all_heads" and out == "columns":
                 W_o.copy_(W_o[:, order].clone())

@@ -44,7 +44,7 @@ def test_kv_cache_errors(raises_naming):
     with raises_naming(ValueError, "full", "4 of max_len=4"):
         cache.append(torch.randn(2, 3, 1, 5), torch.randn(2, 3, 1, 5))
     cache.reset()
-    with raises_naming(ValueError, "`k`", "batch size 1", "batch_size=2"):
+    with raises_naming(ValueError, "`k`", "batch_size=2", "(1, 3, 1, 5)"):
         cache.append(torch.randn(1, 3, 1, 5), torch.randn(1, 3, 1, 5))
     with raises_naming(ValueError, "`v`", "(2, 3, 1, 6)"):
         cache.append(torch.randn(2, 3, 1, 5), torch.randn(2, 3, 1, 6))

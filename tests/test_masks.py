@@ -44,9 +44,10 @@ def test_padding_mask_property(lengths, extra):
         assert not mask[b, n:].any()
 
 
-@pytest.mark.parametrize(("lengths", "shown"), [([2, -1], "[2, -1]"), (torch.tensor([-3]), "[-3]")])
-def test_padding_mask_negative_length(raises_naming, lengths, shown):
-    with raises_naming(ValueError, "`lengths`", ">= 0", shown):
+@pytest.mark.parametrize(("lengths", "name", "shown"), [([2, -1], "`lengths[1]`", "-1"),
+                                                          (torch.tensor([-3]), "`lengths[0]`", "-3")])
+def test_padding_mask_negative_length(raises_naming, lengths, name, shown):
+    with raises_naming(ValueError, name, ">= 0", shown):  # the message names the entry at fault
         padding_mask(lengths, max_len=4)
 
 
@@ -56,8 +57,10 @@ def test_padding_mask_length_longer_than_max_len(raises_naming):
 
 
 def test_padding_mask_float_lengths(raises_naming):
-    with raises_naming(TypeError, "`lengths`", "float"):
+    with raises_naming(TypeError, "`lengths[0]`", "float"):
         padding_mask(torch.tensor([1.0, 2.0]))
+    with raises_naming(TypeError, "`lengths`", "str"):
+        padding_mask("3 1")
 
 
 def test_padding_mask_2d_lengths(raises_naming):

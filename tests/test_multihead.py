@@ -57,30 +57,45 @@ def test_cross_attention_matches_torch(bias, dims, average):
     assert got_w.shape == ((B, L, S) if average else (B, H, L, S))
 
 
-def test_parameter_count_and_names_match_torch():
-    for dims in [(None, None), (5, 7)]:
-        for bias in (True, False):
-            reference, ours = make_pair(*dims, bias=bias)
-            assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in reference.parameters())
-            assert set(ours.state_dict()) == set(reference.state_dict())
-            assert ours.out_proj.weight.dtype == F64
+@pytest.mark.parametrize("dims", [(None, None), (5, 7), (E, 3)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_four_projections_hold_torchs_weights_and_to_torch_gives_them_back(dims, bias):
+    reference, ours = make_pair(*dims, bias=bias)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in reference.parameters())
+    names = ["q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias",
+             "out_proj.weight", "out_proj.bias"]
+    assert list(ours.state_dict()) == [n for n in names if bias or "bias" not in n]
+    assert ours.k_proj.weight.shape == (E, dims[0] or E) and ours.v_proj.weight.shape == (E, dims[1] or E)
+    assert ours.out_proj.weight.dtype == F64
+    if dims == (None, None):  # PyTorch packs q, k, v into one (3E, E) matrix: row blocks q, k, v
+        packed = torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight])
+        assert torch.equal(packed, reference.in_proj_weight)
+    back = ours.to_torch()
+    assert isinstance(back, nn.MultiheadAttention) and back.batch_first and not back.training
+    reference_state, back_state = reference.state_dict(), back.state_dict()
+    assert list(back_state) == list(reference_state)
+    for name, tensor in reference_state.items():
+        assert torch.equal(back_state[name], tensor), name  # bit for bit
+    q, k, v = inputs(*dims)
+    torch.testing.assert_close(back(q, k, v)[0], reference(q, k, v)[0], rtol=0, atol=0)
 
 
-def test_self_attention_uses_one_packed_projection_and_matches_torch():
+def test_self_attention_projects_with_the_four_linear_layers_and_matches_torch():
     reference, ours = make_pair()
     x, _, _ = inputs(self_attention=True)
     calls = []
     handle = torch.nn.functional.linear
     try:
         def counting_linear(*args, **kwargs):
-            calls.append(args[1].shape)
+            calls.append(args[1])
             return handle(*args, **kwargs)
 
         torch.nn.functional.linear = counting_linear
         got, got_w = ours(x, x, x, need_weights=True)
     finally:
         torch.nn.functional.linear = handle
-    assert calls[0] == (3 * E, E), calls  # q, k and v in one product
+    expected_calls = [ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight, ours.out_proj.weight]
+    assert len(calls) == 4 and all(a is b for a, b in zip(calls, expected_calls))  # q, k, v, then the output
     expected, expected_w = reference(x, x, x)
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(got_w, expected_w)
@@ -166,12 +181,14 @@ def test_gradients_match_torch():
     expected, _ = reference(q, k, v, key_padding_mask=~key_mask, need_weights=False)
     grads_expected = torch.autograd.grad(expected.square().sum(), [q, k, v, *reference.parameters()])
     got, _ = ours(q, k, v, key_mask=key_mask)
-    grads_got = torch.autograd.grad(got.square().sum(), [q, k, v, *ours.parameters()])
+    grads_got = dict(zip(["q", "k", "v", *(n for n, _ in ours.named_parameters())],
+                         torch.autograd.grad(got.square().sum(), [q, k, v, *ours.parameters()])))
     names_ref = [n for n, _ in reference.named_parameters()]
-    names_ours = [n for n, _ in ours.named_parameters()]
-    assert names_ref == names_ours
-    for a, b in zip(grads_got, grads_expected):
-        torch.testing.assert_close(a, b)
+    assert names_ref == ["in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"]
+    packed = {name: torch.cat([grads_got[f"{p}_proj.{name.split('_')[-1]}"] for p in "qkv"])
+              for name in ("in_proj_weight", "in_proj_bias")}  # (3E, E) and (3E,): PyTorch's layout
+    for name, expected_grad in zip(["q", "k", "v", *names_ref], grads_expected):
+        torch.testing.assert_close(packed.get(name, grads_got.get(name)), expected_grad)
 
 
 @pytest.mark.parametrize("case", ["plain", "key_mask", "causal", "causal_cross", "mask4d", "float", "empty_row"])
@@ -203,7 +220,7 @@ def test_math_core_equals_functional_attention():
     q, k, v = inputs()
     mask = torch.rand(B, 1, L, S) > 0.5
     mask[0, 0, 2] = False  # one empty row
-    qh, kh, vh = ours._project(q, k, v)
+    qh, kh, vh = (split_heads(proj(t), H) for proj, t in ((ours.q_proj, q), (ours.k_proj, k), (ours.v_proj, v)))
     _, expected_w = attention(qh, kh, vh, mask)
     _, got_w = ours(q, k, v, mask=mask[:, 0], need_weights=True, average_attn_weights=False)
     torch.testing.assert_close(got_w, expected_w)
@@ -255,6 +272,16 @@ def test_dropout_only_in_training():
     torch.testing.assert_close(ours(q, k, v)[0], ours(q, k, v)[0])
     ours.train()
     assert not torch.allclose(ours(q, k, v)[0], ours(q, k, v)[0])
+
+
+def test_initialisation_is_xavier_on_the_input_projections_with_zero_biases():
+    torch.manual_seed(0)
+    module = MultiHeadAttention(64, 4, kdim=32, vdim=16)
+    for proj, fan_in in ((module.q_proj, 64), (module.k_proj, 32), (module.v_proj, 16)):
+        bound = (6 / (fan_in + 64)) ** 0.5  # Xavier-uniform: U(-bound, bound)
+        assert proj.weight.abs().max() <= bound and proj.weight.abs().max() > 0.9 * bound
+        assert torch.equal(proj.bias, torch.zeros(64))
+    assert torch.equal(module.out_proj.bias, torch.zeros(64))
 
 
 def test_from_torch_rejects_bias_kv_and_other_types(raises_naming):
@@ -363,7 +390,8 @@ def test_future_tokens_do_not_change_earlier_outputs():
 
 def test_causal_self_attention_has_no_fixed_limit_and_no_mask_in_its_state():
     causal = CausalSelfAttention(E, H)
-    assert list(causal.state_dict()) == ["in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"]
+    assert list(causal.state_dict()) == ["q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias",
+                                         "v_proj.weight", "v_proj.bias", "out_proj.weight", "out_proj.bias"]
     out, _ = causal(torch.randn(1, 300, E))  # no fixed context length: the mask is made for each call
     assert out.shape == (1, 300, E)
     half, _ = causal.half()(torch.randn(1, 5, E).half())

@@ -61,9 +61,9 @@ def my_self_attention(x, W_q, W_k, W_v, mask=None):
     return masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), mask) @ v
     ### END SOLUTION""",
     "step": """
-def my_step(decoder_state, encoder_states, source_mask):
+def my_step(decoder_state, encoder_states, key_mask):
     ### BEGIN SOLUTION
-    weights = masked_softmax((encoder_states @ decoder_state[:, :, None])[..., 0], source_mask)
+    weights = masked_softmax((encoder_states @ decoder_state[:, :, None])[..., 0], key_mask)
     return (weights[:, :, None] * encoder_states).sum(1), weights
     ### END SOLUTION""",
     "causal": """
@@ -168,7 +168,7 @@ MISTAKES = {
         "selfatt": ("masked_softmax((x @ W_q.T) @ (x @ W_k.T).transpose(-2, -1) / math.sqrt(W_q.shape[0]), "
                     "None if mask is None else ~mask) @ (x @ W_v.T)", ["polarity is inverted"]),
         "step": ("(lambda w: ((w[:, :, None] * encoder_states).sum(1), w))(torch.softmax("
-                 "(encoder_states @ decoder_state[:, :, None])[..., 0].masked_fill(~source_mask, float('-inf')), -1))",
+                 "(encoder_states @ decoder_state[:, :, None])[..., 0].masked_fill(~key_mask, float('-inf')), -1))",
                  ["NaN"]),
         "causal": ("torch.ones(L, S, dtype=torch.bool).tril(S - L - 1)", ["excludes the diagonal"]),
         "split": ("x.view(x.shape[0], num_heads, x.shape[1], -1)", ["without a transpose"]),

@@ -40,9 +40,10 @@ RULES_OF_NOTATION = [
     Rule("length-T", "lengths are L (queries, target) and S (keys, source), never T",
          markdown=r"\by_\{?T\}?\b|\$T\$",
          code=r"\(\s*B\s*,\s*T\s*[,)]"),
-    Rule("proj-names", "the package's parameters are in_proj_weight (or q_proj_weight, k_proj_weight, "
-         "v_proj_weight) and out_proj, as in PyTorch",
-         markdown=r"\b[qkv]_proj\b(?!_weight)", code=r"\b[qkv]_proj\b(?!_weight)"),
+    Rule("proj-names", "the package's projections are the nn.Linear layers q_proj, k_proj, v_proj and out_proj; "
+         "in_proj_weight and q_proj_weight are PyTorch's names, for nn.MultiheadAttention only",
+         markdown=r"\b(?:self|attn|mha|module)\.(?:in_proj_weight|[qkv]_proj_weight)\b",
+         code=r"\b(?:self|attn|mha)\.(?:in_proj_weight|[qkv]_proj_weight)\b"),
     Rule("additive-vector", "the additive score's vector is w (AdditiveScore.v in code): tanh(q W_q + k W_k + b) wᵀ",
          markdown=r"\bv\s*\^\s*\{?\\top\}?\s*\\tanh|\bv\s*·\s*tanh|\bv_a\b",
          code=r"\bv\s*@\s*torch\.tanh|\bv\s*·\s*tanh"),
@@ -96,7 +97,7 @@ test_chapter_keeps_to_the_notation = rule_test(
 def test_notation_page_states_every_rule():
     """The page the rules enforce names the code of each symbol it decides."""
     page = (ROOT / "chapters" / "notation.md").read_text()
-    for needed in ("in_proj_weight", "out_proj", "AdditiveScore.v", "key_proj.bias", "query_proj",
+    for needed in ("q_proj", "in_proj_weight", "out_proj", "AdditiveScore.v", "key_proj.bias", "query_proj",
                    "vocab_size", r"\sqrt{D}", "row"):
         assert needed in page, f"chapters/notation.md does not mention {needed!r}"
 
@@ -112,8 +113,8 @@ def test_notation_page_states_every_rule():
         ("vocab-V", "a vocabulary of $V$ tokens", True),
         ("vocab-V", "values $V$ of width $D_v$", False),
         ("length-T", r"$y_1, \dots, y_T$", True),
-        ("proj-names", "`q_proj`, `k_proj`", True),
-        ("proj-names", "`q_proj_weight`", False),
+        ("proj-names", "`attn.in_proj_weight`", True),
+        ("proj-names", "`q_proj`, `k_proj`", False),
         ("additive-vector", r"$v^\top \tanh(W_q q + W_k k + c)$", True),
         ("additive-bias", r"\tanh\!\big(W [q; k] + c\big)", True),
         ("additive-bias", r"\tanh(q W_q + k W_k + b)", False),
@@ -143,7 +144,7 @@ def test_rules_catch_the_drifts_they_name(rule, text, hit):
         ("additive-bias", "summed = v @ torch.tanh(W_q @ q + W_k @ k + c)", True),
         ("row-vectors", "summed = v @ torch.tanh(W_q @ q + W_k @ k + c)", True),
         ("width-symbols", "d = 64", True),
-        ("proj-names", "self.q_proj = nn.Linear(E, E)", True),
+        ("proj-names", "w = self.in_proj_weight[:E]", True),
     ],
 )
 def test_code_rules_catch_the_drifts_they_name(rule, text, hit):

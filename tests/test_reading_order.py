@@ -79,7 +79,6 @@ TAUGHT_IN = {
     "TinyTransformer": "chapters/08_multi_head_attention",
     "TransformerBlock": "chapters/08_multi_head_attention",
     # attnbook.block: the block's parts are the subject of chapter 8b, cross-attention of 8c
-    "NORM_POSITIONS": None,  # the block takes norm="pre" / "post" / None; the tuple is for its check
     "DecoderBlock": "chapters/08c_cross_attention",
     "repeat_batch": "chapters/08_multi_head_attention",
     "repeat_loss": "chapters/08_multi_head_attention",
@@ -127,16 +126,14 @@ def taught_in(name: str, module: str | None) -> str | None | bool:
 def used_names(tree: ast.AST) -> list[tuple[str, str | None]]:
     """(name, module) for every package name the code uses: imported from attnbook, or an attribute
     of an attnbook module (``tiled.TILE_SCORES``, ``attnbook.masks.causal_mask``)."""
-    submodules = {m.__name__.rsplit(".", 1)[1] for m in _modules()}
+    submodules = {m.__name__ for m in _modules()}  # every module of the library, by its full name
     module_aliases: dict[str, str] = {}
     used = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "attnbook":
             for alias in node.names:
-                if node.module == "attnbook" and alias.name in submodules and isinstance(
-                    getattr(attnbook, alias.name, None), type(attnbook)
-                ):
-                    module_aliases[alias.asname or alias.name] = f"attnbook.{alias.name}"
+                if f"{node.module}.{alias.name}" in submodules:  # a module (attnbook.tasks.dates)
+                    module_aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
                 else:
                     used.append((alias.name, node.module))
         elif isinstance(node, ast.Import):

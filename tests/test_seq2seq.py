@@ -171,9 +171,9 @@ def test_bad_inputs_raise_clear_errors(raises_naming):
         attention_step(torch.randn(3, 4), h, DotScore())
     with raises_naming(TypeError, "`score`", "function"):
         attention_step(s, h, lambda q, k: q @ k.transpose(1, 2))
-    with raises_naming(TypeError, "`source_mask`", "torch.int64"):
+    with raises_naming(TypeError, "`key_mask`", "torch.int64"):
         attention_step(s, h, DotScore(), torch.ones(2, 5, dtype=torch.long))
-    with raises_naming(ValueError, "`source_mask`", "(2, 4)"):
+    with raises_naming(ValueError, "`key_mask`", "(2, 4)"):
         attention_step(s, h, DotScore(), torch.ones(2, 4, dtype=torch.bool))
     model = build_model("dot", hidden_dim=8)
     src = torch.tensor([[3, 4, 0]])

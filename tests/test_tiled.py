@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -111,6 +112,22 @@ def test_tiled_attention_fully_masked_rows_are_zero_not_nan():
     assert torch.equal(got[0, 2], torch.zeros(4)) and torch.equal(got[1], torch.zeros(6, 4))
     float_mask = torch.zeros(2, 6, 9).masked_fill(~mask, -math.inf)
     torch.testing.assert_close(tiled_attention(q, k, v, float_mask, block_size=4), got)
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float64])
+def test_tiled_attention_takes_a_0d_mask_as_sdpa_does(allowed, mask_dtype):
+    """A 0-d mask broadcasts to every score: all keys allowed (or the same number added), or none."""
+    q, k, v, _ = _qkv((2,), 5, 9, 4, 3, torch.float64, 0)
+    mask = torch.tensor(allowed) if mask_dtype == torch.bool else torch.tensor(0.5 if allowed else -math.inf,
+                                                                              dtype=mask_dtype)
+    expected, _ = attention(q, k, v, mask)
+    got = tiled_attention(q, k, v, mask, block_size=4)
+    torch.testing.assert_close(got, expected, **TOL[torch.float64])
+    if allowed:
+        torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), **TOL[torch.float64])
+    else:  # nothing to attend to: zeros, not NaN
+        assert torch.equal(got, torch.zeros_like(got))
 
 
 def test_tiled_attention_broadcasts_leading_dims_and_scale():

@@ -1,4 +1,5 @@
-"""Tests for attnbook.train: the loss, a short run lowers it, determinism, evaluation."""
+"""Tests for attnbook.train: the one training loop, the loss, a short run lowers it, determinism,
+evaluation."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 
 from attnbook.tasks.reversal import EOS, PAD, ReversalTask
 from attnbook.models.builder import build_model
-from attnbook.train import Evaluation, evaluate, predict, sequence_loss, train
+from attnbook.train import Evaluation, evaluate, predict, sequence_loss, train, train_steps
 
 SMALL = ReversalTask(min_len=2, max_len=5)
 
@@ -19,6 +20,68 @@ def test_sequence_loss_ignores_padding():
         torch.cat([logits[0, :2], logits[1]]), torch.cat([target[0, :2], target[1]])
     )
     torch.testing.assert_close(sequence_loss(logits, target), expected)
+
+
+def test_sequence_loss_without_padding_is_the_plain_mean_cross_entropy():
+    """The dates targets hold no PAD: there the loss is, bit for bit, the mean over every position."""
+    logits = torch.randn(4, 11, 20)
+    target = torch.randint(3, 20, (4, 11))
+    plain = torch.nn.functional.cross_entropy(logits.reshape(-1, 20), target.reshape(-1))
+    assert torch.equal(sequence_loss(logits, target), plain)
+
+
+def _manual_loop(model, optimizer, schedule, batches, clip):
+    """The loop train_steps must be, written out: zero_grad, backward, clip, step, schedule."""
+    losses = []
+    for x, y in batches:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_train_steps_is_the_written_out_loop():
+    generator = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(8, 3, generator=generator), 10 * torch.randn(8, 2, generator=generator))
+               for _ in range(6)]
+    runs = []
+    for use_train_steps in (True, False):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
+        if use_train_steps:
+            it = iter(batches)
+
+            def batch_loss():
+                x, y = next(it)
+                return torch.nn.functional.mse_loss(model(x), y)
+
+            losses = train_steps(model, optimizer, len(batches), batch_loss, schedule, clip=0.5)
+            assert not model.training  # left in eval mode
+        else:
+            losses = _manual_loop(model, optimizer, schedule, batches, clip=0.5)
+        runs.append((losses, model.weight.detach().clone(), optimizer.param_groups[0]["lr"]))
+    assert runs[0][0] == runs[1][0]
+    assert torch.equal(runs[0][1], runs[1][1])
+    assert runs[0][2] == runs[1][2] == pytest.approx(0.1 / 7)  # the schedule stepped once per step
+    # one SGD step moves the parameters by lr times the gradient, whose norm the loop clips to `clip`
+    for clip in (0.5, 1e6):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 2)
+        start = torch.cat([p.detach().flatten() for p in model.parameters()])
+        x, y = batches[0]
+        train_steps(model, torch.optim.SGD(model.parameters(), lr=0.1), 1,
+                    lambda: torch.nn.functional.mse_loss(model(x), y), clip=clip)
+        moved = (torch.cat([p.detach().flatten() for p in model.parameters()]) - start).norm()
+        if clip == 0.5:
+            torch.testing.assert_close(moved, torch.tensor(0.1 * 0.5))
+        else:
+            assert moved > 10 * 0.1 * 0.5  # unclipped, the gradient is far longer
 
 
 @pytest.mark.parametrize("score", ["none", "dot"])

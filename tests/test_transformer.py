@@ -57,7 +57,7 @@ def test_weights_per_layer_and_head_and_causality():
 def test_parameters_are_registered():
     m = model()
     names = {n for n, _ in m.named_parameters()}
-    assert "blocks.1.attn.in_proj_weight" in names and "positions.table.weight" in names
+    assert "blocks.1.attn.q_proj.weight" in names and "positions.table.weight" in names
     assert "blocks.0.attn.causal" not in m.state_dict()
 
 

@@ -1,14 +1,21 @@
-"""Argument checks shared by the whole package, so that each public function shows its idea first.
+"""Argument checks for the whole package, so that each public function shows its idea first.
 
-One kind of mistake, one exception type, everywhere:
+A public function checks each argument with ONE call to a helper here. One kind of mistake, one
+exception type, everywhere:
 
 * ``TypeError``: the argument has the wrong type or dtype (a list for a tensor, a float for an int,
   integer scores, a float mask of another dtype, the string ``"float32"`` for a dtype);
 * ``ValueError``: the type is right but the shape or value is not (a 2-D tensor where 3-D is
   needed, widths that differ, ``num_heads=0``, a token id outside the vocabulary, ``dim=5``).
 
-Every message names the function, the argument, what it got and what was expected. These helpers
-are private: the public functions call them with their own names (``where``).
+Every message names the function (``where``), the argument, what it got and what was expected. A
+check computes nothing for its caller: it returns None (``positive_int`` and ``nonnegative_int``
+hand back the int they were given, unchanged). The modules call these helpers on every forward,
+so a message is a ``lambda``, formatted only when its check fails, and the two helpers on the
+multi-head path (``attention_call``, ``multihead_call``) first test the usual call in one pass and
+run their detailed checks, which say what is wrong, only when that test fails. The helpers are
+private (import the module) and, being private, carry no type annotations: each docstring says
+what it accepts.
 
 Shapes:
     B batch, H heads, L queries, S keys/values, D query/key width per head, Dv value width.
@@ -22,354 +29,288 @@ from numbers import Real
 import torch
 from torch import Tensor
 
-__all__: list[str] = []  # private: import the module, not names from it
+__all__: list[str] = []  # private: the public modules call these with their own names
 
 
-def shape(t: Tensor) -> tuple[int, ...]:
-    return tuple(t.shape)
-
-
-def described(value: object) -> str:
+def described(value):
     """A short description of what a caller passed: a tensor's shape and dtype, else its type."""
-    if isinstance(value, Tensor):
-        return f"a {value.dtype} tensor of shape {shape(value)}"
-    return f"{type(value).__name__} {value!r}" if isinstance(value, (int, float, str)) else type(value).__name__
+    return (f"a {value.dtype} tensor of shape {tuple(value.shape)}" if isinstance(value, Tensor) else
+            f"{type(value).__name__} {value!r}" if isinstance(value, (int, float, str)) else type(value).__name__)
 
 
-def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
-    """The shape that ``shapes`` broadcast to, as PyTorch broadcasts, or None if they do not.
-    (``torch.broadcast_shapes`` does the same in Python, several times slower.)"""
-    result: list[int] = []
-    for sizes in zip(*(((1,) * (max(map(len, shapes)) - len(s)) + tuple(s)) for s in shapes)):
-        others = {n for n in sizes if n != 1}
-        if len(others) > 1:
-            return None
-        result.append(others.pop() if others else 1)
-    return tuple(result)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-# ----------------------------------------------------------------------------- numbers and flags
-def positive_int(where: str, name: str, value: object) -> int:
-    """``value`` if it is an int > 0; TypeError for a non-int, ValueError for an int <= 0."""
-    if not _is_int(value):
-        raise TypeError(f"{where}: `{name}` must be a positive int; got {described(value)}")
-    if value <= 0:
-        raise ValueError(f"{where}: `{name}` must be a positive int; got {value}")
-    return value
-
-
-def nonnegative_int(where: str, name: str, value: object) -> int:
-    """``value`` if it is an int >= 0; TypeError for a non-int, ValueError for a negative int."""
-    if not _is_int(value):
-        raise TypeError(f"{where}: `{name}` must be an int >= 0; got {described(value)}")
-    if value < 0:
-        raise ValueError(f"{where}: `{name}` must be an int >= 0; got {value}")
-    return value
-
-
-def flag(where: str, name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{where}: `{name}` must be a bool; got {described(value)}")
-    return value
-
-
-def probability(where: str, name: str, value: object) -> float:
-    """A dropout probability in [0, 1)."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{where}: `{name}` must be a number in [0, 1); got {described(value)}")
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"{where}: `{name}` must be a number in [0, 1); got {value!r}")
-    return float(value)
-
-
-def scale(where: str, value: object, width: int) -> float:
-    """The score scale: ``value`` if it is a finite real number, else 1/sqrt(width) for None
-    (1 for width 0, where every score is 0 anyway)."""
-    if value is None:
-        return 1.0 / math.sqrt(width) if width else 1.0
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{where}: `scale` must be a real number or None; got {described(value)}")
-    if not math.isfinite(value):
-        raise ValueError(f"{where}: `scale` must be finite; got {value!r}")
-    return float(value)
-
-
-def one_of(where: str, name: str, value: object, choices: tuple) -> object:
-    if value not in choices:
-        raise ValueError(f"{where}: `{name}` must be one of {choices}; got {value!r}")
-    return value
-
-
-def dim(where: str, name: str, value: object, ndim: int) -> int:
-    """A dimension index valid for a tensor of ``ndim`` dims (negative counts from the end)."""
-    if not _is_int(value):
-        raise TypeError(f"{where}: `{name}` must be an int; got {described(value)}")
-    if not -max(ndim, 1) <= value < max(ndim, 1):
-        raise ValueError(
-            f"{where}: `{name}`={value} is out of range for a tensor of {ndim} dims "
-            f"(expected {-ndim}..{ndim - 1})"
-        )
-    return value
-
-
-# ----------------------------------------------------------------------------- devices and dtypes
-def device(where: str, name: str, value: object) -> torch.device | None:
-    """None, a ``torch.device``, or a string or index that names one (``"cpu"``, ``"cuda:0"``)."""
-    if value is None or isinstance(value, torch.device):
-        return value
-    if not isinstance(value, (str, int)) or isinstance(value, bool):
-        raise TypeError(f"{where}: `{name}` must be a torch.device, a string such as 'cpu', or None; "
-                        f"got {described(value)}")
+def _broadcast(*shapes):
+    """``torch.broadcast_shapes``, or None where it raises. (Equal shapes skip torch's 10 µs.)"""
     try:
-        result = torch.device(value)
+        return tuple(shapes[0]) if shapes.count(shapes[0]) == len(shapes) else tuple(torch.broadcast_shapes(*shapes))
     except RuntimeError:
-        raise ValueError(
-            f"{where}: `{name}`={value!r} is not a device PyTorch knows; use 'cpu', 'cuda', 'cuda:0', 'mps', ..."
-        ) from None
-    try:
-        torch.empty(0, device=result)
-    except (RuntimeError, AssertionError):
-        raise ValueError(f"{where}: `{name}`={value!r} is not available on this machine") from None
-    return result
-
-
-def floating_dtype(where: str, name: str, value: object) -> torch.dtype | None:
-    """None or a floating ``torch.dtype`` (``torch.float32``, not the string ``"float32"``)."""
-    if value is None:
         return None
-    if not isinstance(value, torch.dtype):
-        hint = f" (write torch.{value})" if isinstance(value, str) and hasattr(torch, value) else ""
-        raise TypeError(f"{where}: `{name}` must be a torch.dtype such as torch.float32 or None; "
-                        f"got {described(value)}{hint}")
-    if not value.is_floating_point:
-        raise TypeError(f"{where}: `{name}` must be a floating dtype (float16, bfloat16, float32, float64); "
-                        f"got {value}")
+
+
+def that(condition, where, message, error=ValueError):
+    """Raise ``error("where: message")`` unless ``condition`` holds (``message`` may be a lambda)."""
+    if not condition:
+        raise error(f"{where}: {message() if callable(message) else message}")
+
+
+# ----------------------------------------------------------------------------- numbers, flags, options
+def instance(where, name, value, kind, text):
+    """``value`` is a ``kind`` (a type or a tuple, described as ``text``); a bool is no int here."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    that(isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool)), where,
+         lambda: f"`{name}` must be {text}; got {described(value)}", TypeError)
+
+
+def number(where, name, value, text, ok, kind=Real):
+    """``value`` if it is a number of ``kind`` (not a bool) for which ``ok`` holds (``text`` says which)."""
+    instance(where, name, value, kind, text)
+    that(ok(value), where, lambda: f"`{name}` must be {text}; got {value!r}")
     return value
 
 
-# ----------------------------------------------------------------------------- tensors
-def tensor(where: str, name: str, value: object, *, letters: str | None = None, floating: bool = False,
-           min_ndim: int = 0) -> Tensor:
-    """``value`` if it is a tensor (floating if asked) with ``len(letters)`` dims (or at least
-    ``min_ndim``); ``letters`` such as "B, L, E" also name the expected shape in the message."""
-    if not isinstance(value, Tensor):
-        raise TypeError(f"{where}: `{name}` must be a tensor; got {described(value)}")
-    if letters is not None and value.dim() != len(letters.split(",")):
-        raise ValueError(f"{where}: `{name}` must be {len(letters.split(','))}-D ({letters}); "
-                         f"got shape {shape(value)}")
-    if value.dim() < min_ndim:
-        raise ValueError(f"{where}: `{name}` must have at least {min_ndim} dims; got shape {shape(value)}")
-    if floating and not value.dtype.is_floating_point:
-        raise TypeError(f"{where}: `{name}` must be floating point; got dtype {value.dtype}")
-    return value
+def positive_int(where, name, value):
+    """``value`` if it is an int > 0: a TypeError for a non-int, a ValueError for an int <= 0."""
+    return number(where, name, value, "a positive int", lambda n: n > 0, int)
 
 
-def same_dtype(where: str, names: str, *tensors: Tensor) -> None:
-    if len({t.dtype for t in tensors}) > 1:
-        dtypes = ", ".join(str(t.dtype) for t in tensors)
-        raise TypeError(f"{where}: {names} must share one dtype; got {dtypes}")
+def nonnegative_int(where, name, value):
+    """``value`` if it is an int >= 0."""
+    return number(where, name, value, "an int >= 0", lambda n: n >= 0, int)
 
 
-def broadcasts_to(where: str, name: str, t: Tensor, target: tuple[int, ...], target_text: str, hint: str = "") -> None:
-    """Raise a ValueError unless ``t`` broadcasts to exactly ``target`` (described as ``target_text``)."""
-    if broadcast(tuple(t.shape), tuple(target)) != tuple(target):
-        raise ValueError(f"{where}: `{name}` of shape {shape(t)} does not broadcast to {target_text} = "
-                         f"{tuple(target)}{hint}")
+def flag(where, name, value):
+    """A bool (not 0 or 1)."""
+    instance(where, name, value, bool, "a bool")
 
 
-def mask(where: str, name: str, value: object, scores_shape: tuple[int, ...], dtype: torch.dtype | None,
-         scores_text: str = "the scores' shape (..., L, S)") -> None:
-    """A mask for scores of ``scores_shape``: bool (True = may attend) or floating of ``dtype``
-    (added to the scores); None passes. ``dtype=None`` allows bool masks only."""
+def _each(check):
+    """``check`` for many arguments at once: ``positive_ints(where, B=2, H=4)``."""
+    def each(where, **values):
+        for name, value in values.items():
+            check(where, name, value)
+    return each
+
+
+positive_ints, nonnegative_ints, flags = _each(positive_int), _each(nonnegative_int), _each(flag)
+
+
+def probability(where, name, value):
+    """A dropout probability in [0, 1)."""
+    number(where, name, value, "a number in [0, 1)", lambda p: 0.0 <= p < 1.0)
+
+
+def one_of(where, name, value, choices):
+    """One of ``choices`` (a tuple of allowed values)."""
+    that(value in choices, where, lambda: f"`{name}` must be one of {choices}; got {value!r}")
+
+
+def heads(where, name, width, num_heads):
+    """``num_heads`` is a positive int that divides the width E of ``name``."""
+    that(positive_int(where, "num_heads", num_heads) and width % num_heads == 0, where, lambda: f"the width "
+         f"E={width} of `{name}` is not divisible by num_heads={num_heads} (each head gets D = E / H columns)")
+
+
+def dim(where, name, value, ndim):
+    """A dimension index valid for a tensor of ``ndim`` dims (negative counts from the end)."""
+    number(where, name, value, f"an int in {-ndim}..{ndim - 1} (a dim of a tensor of {ndim} dims)",
+           lambda d: -max(ndim, 1) <= d < max(ndim, 1), int)
+
+
+def device(where, name, value):
+    """None, a ``torch.device``, or a string or index naming a device that this machine has."""
+    instance(where, name, value, (torch.device, str, int, type(None)), "a torch.device, a device name, or None")
+    try:
+        torch.empty(0, device=value)
+    except (RuntimeError, AssertionError) as error:  # an unknown name, or a device this machine lacks
+        raise ValueError(f"{where}: `{name}`={value!r} is not available here ({str(error).splitlines()[0]})") from None
+
+
+def floating_dtype(where, name, value):
+    """None or a floating ``torch.dtype`` (``torch.float32``, not the string ``"float32"``)."""
+    hint = f" (write torch.{value})" if isinstance(value, str) and hasattr(torch, value) else ""
+    that(value is None or isinstance(value, torch.dtype) and value.is_floating_point, where,
+         lambda: f"`{name}` must be a floating torch.dtype or None; got {value!r}{hint}", TypeError)
+
+
+# ----------------------------------------------------------------------------- tensors and masks
+def tensor(where, name, value, *, letters=None, floating=False, min_ndim=0, dtype=None, sizes=()):
+    """A tensor: with ``len(letters)`` dims (``letters`` such as "B, L, E" name them in the message)
+    or at least ``min_ndim``; floating, or of ``dtype`` (or one in a tuple), if asked; with the
+    ``sizes`` given as (dim, size, name) triples, such as ``(-1, E, "embed_dim")`` (None: unchecked)."""
+    that(isinstance(value, Tensor), where, lambda: f"`{name}` must be a tensor; got {described(value)}", TypeError)
+    ndim = value.dim() if letters is None else letters.count(",") + 1
+    that(value.dim() == ndim >= min_ndim, where, lambda: f"`{name}` must " + (f"be {ndim}-D ({letters})" if letters
+         else f"have at least {min_ndim} dims") + f"; got shape {tuple(value.shape)}")
+    dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
+    that(value.dtype in dtypes if dtype else value.dtype.is_floating_point or not floating, where, lambda: f"`{name}` "
+         f"must {f'have dtype {dtypes[0]}' if dtype else 'be floating point'}; got dtype {value.dtype}", TypeError)
+    for d, size, size_name in sizes:
+        that(size in (None, value.shape[d]), where, lambda: f"`{name}` must have {size_name}={size}; got shape "
+             f"{tuple(value.shape)}")
+
+
+def same_dtype(where, *named):
+    """The (name, tensor) pairs share one dtype."""
+    that(all(t.dtype == named[0][1].dtype for _, t in named), where, lambda: " and ".join(f"`{n}`" for n, _ in named)
+         + f" must share one dtype; got {', '.join(str(t.dtype) for _, t in named)}", TypeError)
+
+
+def same_sizes(where, what, dims, *named, hint=""):
+    """The (name, tensor) pairs agree in ``what``, their sizes at ``dims`` ("batch size B" at slice(0, 1))."""
+    sizes = [t.shape[dims] for _, t in named]
+    size = lambda s: f"{what.split()[-1]}={s[0]}" if len(s) == 1 else f"{what}={tuple(s)}"  # noqa: E731
+    that(sizes.count(sizes[0]) == len(sizes), where, lambda: " and ".join(f"`{n}`" for n, _ in named) + f" must have "
+         f"the same {what}{hint}; got " + " and ".join(f"{n} {tuple(t.shape)} ({size(s)})" for (n, t), s in
+                                                       zip(named, sizes)))
+
+
+def mask(where, name, value, scores_shape, dtype, text="the scores' shape (..., L, S)"):
+    """None, or a mask that broadcasts to ``scores_shape``: bool (True = may attend) or floating of
+    ``dtype`` (added to the scores). ``dtype=None`` allows bool masks only."""
+    that(value is None or isinstance(value, Tensor) and value.dtype in (torch.bool, dtype), where, lambda: f"`{name}` "
+         f"must be a bool tensor (True = may attend){f' or a floating {dtype} one (added)' if dtype else ''} or None; "
+         f"got {described(value)}", TypeError)
+    if value is None or value.shape == scores_shape[len(scores_shape) - value.dim():]:
+        return  # the usual case, without asking torch.broadcast_shapes (about 10 µs)
+    padding = value.dim() == 2 and len(scores_shape) >= 3 and value.shape == (scores_shape[0], scores_shape[-1])
+    that(_broadcast(value.shape, scores_shape) == tuple(scores_shape), where, lambda: f"`{name}` of shape "
+         f"{tuple(value.shape)} does not broadcast to {text} = {tuple(scores_shape)}"
+         + (" (a 2-D mask is (L, S); pass a (B, S) padding mask as `key_mask`)" if padding else ""))
+
+
+def key_mask(where, value, scores_shape):
+    """None, or a bool padding mask, True on real keys: (B, S), or (S,) for every sequence."""
+    that(value is None or isinstance(value, Tensor) and value.dtype == torch.bool, where, lambda: "`key_mask` must "
+         f"be a bool tensor (True = a real key, False = padding) or None; got {described(value)}", TypeError)
     if value is None:
         return
-    kinds = "a bool tensor (True = may attend)" + ("" if dtype is None else " or a floating tensor (added to the scores)")
-    if not isinstance(value, Tensor):
-        raise TypeError(f"{where}: `{name}` must be {kinds} or None; got {described(value)}")
-    if value.dtype != torch.bool:
-        if dtype is None or not value.dtype.is_floating_point:
-            raise TypeError(f"{where}: `{name}` must be {kinds}; got dtype {value.dtype}")
-        if value.dtype != dtype:
-            raise TypeError(f"{where}: a floating `{name}` must have the inputs' dtype {dtype} (or be bool, "
-                            f"True = may attend); got {value.dtype}")
-    hint = ""
-    if value.dim() == 2 and len(scores_shape) >= 3 and tuple(value.shape) == (scores_shape[0], scores_shape[-1]):
-        hint = " (a 2-D mask is (L, S); pass a (B, S) padding mask as `key_mask`)"
-    broadcasts_to(where, name, value, scores_shape, scores_text, hint)
+    lead, S, n = tuple(scores_shape[:-2]), scores_shape[-1], value.dim() - 1
+    that(0 <= n <= len(lead) and value.shape[-1] in (1, S) and _broadcast(value.shape[:-1], lead[:n])
+         == lead[:n], where, lambda: f"`key_mask` must have shape (B, S) = {(*lead[:1], S)}; got {tuple(value.shape)}")
 
 
-def combinable_masks(where: str, masks: tuple) -> list[Tensor]:
-    """The masks that are not None, if each is a bool or floating tensor and they broadcast together."""
-    present: list[Tensor] = []
+def combinable_masks(where, masks):
+    """Each mask is None, bool or floating, and they broadcast together."""
+    shapes = []
     for index, value in enumerate(masks):
-        if value is None:
-            continue
-        name = f"masks[{index}]"
-        if not isinstance(value, Tensor) or not (value.dtype == torch.bool or value.dtype.is_floating_point):
-            raise TypeError(f"{where}: `{name}` must be a bool tensor (True = may attend), a floating "
-                            f"tensor (added to the scores) or None; got {described(value)}")
-        if present and broadcast(*(shape(m) for m in present), shape(value)) is None:
-            raise ValueError(f"{where}: `{name}` of shape {shape(value)} does not broadcast with "
-                             f"the masks before it, of shapes {[shape(m) for m in present]}")
-        present.append(value)
-    return present
+        that(value is None or isinstance(value, Tensor) and (value.dtype == torch.bool or value.is_floating_point()),
+             where, lambda: f"`masks[{index}]` must be a bool or a floating tensor, or None; got {described(value)}",
+             TypeError)
+        that(value is None or _broadcast(*shapes, value.shape) is not None, where, lambda: f"`masks[{index}]` of "
+             f"shape {tuple(value.shape)} does not broadcast with the masks before it, of shapes {shapes}")
+        shapes += [] if value is None else [tuple(value.shape)]
 
 
-def key_mask(where: str, value: object, scores_shape: tuple[int, ...]) -> None:
-    """``key_mask``: bool, True on real keys, shaped (B, S) (or (..., S) whose leading dims are the
-    scores' first leading dims, or (S,))."""
-    if value is None:
-        return
-    if not isinstance(value, Tensor):
-        raise TypeError(f"{where}: `key_mask` must be a bool tensor (True = a real key) or None; "
-                        f"got {described(value)}")
-    if value.dtype != torch.bool:
-        raise TypeError(f"{where}: `key_mask` must be bool (True = a real key, False = padding); "
-                        f"got dtype {value.dtype}")
-    lead, S = scores_shape[:-2], scores_shape[-1]
-    ok = value.dim() >= 1 and value.shape[-1] in (1, S) and value.dim() - 1 <= len(lead)
-    if ok:
-        given = tuple(value.shape[:-1])
-        ok = broadcast(given, tuple(lead[: len(given)])) == tuple(lead[: len(given)])
-    if not ok:
-        expected = f"({lead[0]}, {S})" if lead else f"({S},)"
-        raise ValueError(f"{where}: `key_mask` must have shape (B, S) = {expected}; got {shape(value)}")
+def lengths(where, value, max_len):
+    """``lengths``: a 1-D tensor or a list of ints >= 0; ``max_len``: None or an int >= each of them."""
+    instance(where, "lengths", value, (Tensor, list, tuple, range), "a 1-D tensor or a list of ints")
+    if isinstance(value, Tensor):
+        tensor(where, "lengths", value, letters="B")
+    values = value.tolist() if isinstance(value, Tensor) else list(value)
+    nonnegative_ints(where, **{f"lengths[{i}]": n for i, n in enumerate(values)})
+    that(max_len is None or nonnegative_int(where, "max_len", max_len) >= max(values, default=0), where,
+         lambda: f"a length is longer than `max_len`={max_len}; got lengths {values}")
 
 
-def attention_inputs(where: str, q: object, k: object, v: object) -> tuple[int, ...]:
-    """Check query, key and value of scaled dot-product attention; return the scores' shape (..., L, S)."""
+# ----------------------------------------------------------------------------- the inputs of each function
+def attention_call(where, q, k, v, attn_mask, padding, is_causal, scale, dropout_p):
+    """An attention function's query, key and value (..., L or S, D or Dv), ``mask``, ``key_mask``,
+    ``is_causal``, ``scale`` and ``dropout_p``."""
+    if (attn_mask is None and padding is None and scale is None and type(is_causal) is bool and dropout_p == 0.0
+            and type(dropout_p) is float and type(q) is type(k) is type(v) is Tensor and q.is_floating_point()
+            and q.dtype == k.dtype == v.dtype and min(q.dim(), k.dim(), v.dim()) >= 2 and q.shape[-1] == k.shape[-1]
+            and k.shape[-2] == v.shape[-2] and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        return  # the usual call, in one pass; the checks below say what is wrong in any other
     for name, t in (("query", q), ("key", k), ("value", v)):
         tensor(where, name, t, floating=True, min_ndim=2)
-    same_dtype(where, "`query`, `key` and `value`", q, k, v)
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"{where}: `query` and `key` must have the same width D; got query {shape(q)} "
-                         f"(D={q.shape[-1]}) and key {shape(k)} (D={k.shape[-1]})")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"{where}: `key` and `value` must have the same length S; got key {shape(k)} "
-                         f"(S={k.shape[-2]}) and value {shape(v)} (S={v.shape[-2]})")
-    lead = broadcast(tuple(q.shape[:-2]), tuple(k.shape[:-2]), tuple(v.shape[:-2]))
-    if lead is None:
-        raise ValueError(f"{where}: the leading dims of `query` {shape(q)}, `key` {shape(k)} and "
-                         f"`value` {shape(v)} do not broadcast")
-    return (*lead, q.shape[-2], k.shape[-2])
-
-
-def attention_call(where: str, q, k, v, attn_mask, padding, is_causal, scale_value, dropout_p
-                   ) -> tuple[tuple[int, ...], float]:
-    """Check the arguments of an attention function (query, key, value, ``mask``, ``key_mask``,
-    ``is_causal``, ``scale``, ``dropout_p``); return the scores' shape (..., L, S) and the scale."""
-    scores_shape = attention_inputs(where, q, k, v)
-    mask(where, "mask", attn_mask, scores_shape, q.dtype)
-    key_mask(where, padding, scores_shape)
+    same_dtype(where, ("query", q), ("key", k), ("value", v))
+    same_sizes(where, "width D", slice(-1, None), ("query", q), ("key", k))
+    same_sizes(where, "length S", slice(-2, -1), ("key", k), ("value", v))
+    lead = _broadcast(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    that(lead is not None, where, lambda: f"the leading dims of `query` {tuple(q.shape)}, `key` {tuple(k.shape)} "
+         f"and `value` {tuple(v.shape)} do not broadcast")
+    mask(where, "mask", attn_mask, (*lead, q.shape[-2], k.shape[-2]), q.dtype)
+    key_mask(where, padding, (*lead, q.shape[-2], k.shape[-2]))
     flag(where, "is_causal", is_causal)
+    number(where, "scale", 1.0 if scale is None else scale, "a finite real number or None", math.isfinite)
     probability(where, "dropout_p", dropout_p)
-    return scores_shape, scale(where, scale_value, q.shape[-1])
 
 
-def token_ids(where: str, name: str, value: object, vocab_size: int) -> Tensor:
+def score_inputs(where, queries, keys, *, same_width=False, query_dim=None, key_dim=None):
+    """Queries (B, L, Dq) and keys (B, S, Dk) for a score: floating, one dtype, one B; the same width
+    for a dot product, else the widths the score was made for."""
+    tensor(where, "queries", queries, letters="B, L, Dq", floating=True, sizes=[(-1, query_dim, "query_dim")])
+    tensor(where, "keys", keys, letters="B, S, Dk", floating=True, sizes=[(-1, key_dim, "key_dim")])
+    same_dtype(where, ("queries", queries), ("keys", keys))
+    same_sizes(where, "batch size B", slice(0, 1), ("queries", queries), ("keys", keys))
+    if same_width:
+        same_sizes(where, "width D", slice(-1, None), ("queries", queries), ("keys", keys),
+                   hint=" for a dot product (BilinearScore and AdditiveScore allow two widths)")
+
+
+def attention_module_inputs(where, queries, keys, values, attn_mask, padding):
+    """:class:`attnbook.attention.Attention`'s queries (B, L, Dq), keys (B, S, Dk), values (B, S, Dv),
+    ``mask`` and ``key_mask``."""
+    score_inputs(where, queries, keys)
+    tensor(where, "values", values, letters="B, S, Dv", floating=True)
+    same_dtype(where, ("queries", queries), ("keys", keys), ("values", values))
+    same_sizes(where, "(B, S)", slice(0, 2), ("keys", keys), ("values", values))
+    mask(where, "mask", attn_mask, (*queries.shape[:2], keys.shape[1]), queries.dtype, "the scores' shape (B, L, S)")
+    key_mask(where, padding, (*queries.shape[:2], keys.shape[1]))
+
+
+def multihead_call(where, module, query, key, value, attn_mask, padding, is_causal, need_weights, average):
+    """A multi-head module's query (B, L, E), key (B, S, kdim) and value (B, S, vdim), of its dtype;
+    ``key_mask`` (B, S); ``mask`` (L, S), (B, L, S) (one per batch element) or (B, H, L, S); flags."""
+    dtype = module.out_proj.weight.dtype
+    if (attn_mask is None and padding is None and type(is_causal) is type(need_weights) is type(average) is bool
+            and not (need_weights and module.backend == "sdpa") and type(query) is type(key) is type(value) is Tensor
+            and query.dtype == key.dtype == value.dtype == dtype and query.dim() == key.dim() == value.dim() == 3
+            and query.shape[0] == key.shape[0] and key.shape[:2] == value.shape[:2]
+            and (query.shape[2], key.shape[2], value.shape[2]) == (module.embed_dim, module.kdim, module.vdim)):
+        return  # the usual call, in one pass; the checks below say what is wrong in any other
+    for name, t, width in (("query", query, "embed_dim"), ("key", key, "kdim"), ("value", value, "vdim")):
+        tensor(where, name, t, letters="B, length, width", dtype=dtype, sizes=[(-1, getattr(module, width), width)])
+    same_sizes(where, "batch size B", slice(0, 1), ("query", query), ("key", key))
+    same_sizes(where, "(B, S)", slice(0, 2), ("key", key), ("value", value))
+    B, L, S, H = query.shape[0], query.shape[1], key.shape[1], module.num_heads
+    key_mask(where, padding, (B, H, L, S))
+    if attn_mask is not None:
+        per_batch = isinstance(attn_mask, Tensor) and attn_mask.dim() == 3
+        mask(where, "mask", attn_mask, (B, L, S) if per_batch else (B, H, L, S), dtype,
+             "(B, L, S)" if per_batch else f"(L, S) = {(L, S)}, (B, L, S) = {(B, L, S)} or (B, H, L, S)")
+    flag(where, "is_causal", is_causal)
+    weights_request(where, module.backend, need_weights, average)
+
+
+def context_length(where, cache, new, max_len):
+    """The positions cached so far and the ``new`` ones fit in ``max_len`` (None: no limit)."""
+    past = 0 if cache is None else len(cache)
+    that(max_len is None or past + new <= max_len, where,
+         lambda: f"{past} cached + {new} new = {past + new} positions exceed `max_len`={max_len}")
+
+
+def weights_request(where, backend, need_weights, average_attn_weights):
+    """``need_weights`` and ``average_attn_weights`` are flags, and the weights exist on this backend."""
+    flags(where, need_weights=need_weights, average_attn_weights=average_attn_weights)
+    that(not (need_weights and backend == "sdpa"), where, "need_weights=True, but backend='sdpa' never forms the "
+         "weights (the fused kernel does not return them); use backend='math' to get them")
+
+
+def cache_append(where, cache, k, v):
+    """Keys and values (B, H, L, D) that fit a :class:`attnbook.kv_cache.KVCache`: its batch size,
+    heads, width and dtype, one shape for both, and room for L more positions."""
+    sizes = ((0, cache.batch_size, "batch_size"), (1, cache.num_heads, "num_heads"), (3, cache.head_dim, "head_dim"))
+    for name, t in (("k", k), ("v", v)):
+        tensor(where, name, t, letters="B, H, L, D", dtype=cache.dtype, sizes=sizes)
+    same_sizes(where, "length L", slice(2, 3), ("k", k), ("v", v))
+    that(len(cache) + k.shape[2] <= cache.max_len, where, lambda: f"the cache is full: it holds {len(cache)} of "
+         f"max_len={cache.max_len} positions and cannot take {k.shape[2]} more; make the cache larger or reset() it")
+
+
+def token_ids(where, name, value, vocab_size):
     """A (B, L) tensor of integer token ids in 0..vocab_size-1."""
-    if not isinstance(value, Tensor):
-        raise TypeError(f"{where}: `{name}` must be a tensor of token ids; got {described(value)}")
-    if value.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"{where}: `{name}` must hold integer token ids (torch.long); got dtype {value.dtype}")
-    if value.dim() != 2:
-        raise ValueError(f"{where}: `{name}` must be 2-D (B, L); got shape {shape(value)}")
-    if value.numel():
-        low, high = int(value.min()), int(value.max())
-        if low < 0 or high >= vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"{where}: `{name}` holds the id {bad}, outside the vocabulary of "
-                             f"vocab_size={vocab_size} (ids 0..{vocab_size - 1})")
-    return value
+    tensor(where, name, value, letters="B, L", dtype=(torch.int64, torch.int32))
+    low, high = (int(value.min()), int(value.max())) if value.numel() else (0, 0)
+    that(0 <= low and high < vocab_size, where, lambda: f"`{name}` holds the id {low if low < 0 else high}, "
+         f"outside the vocabulary of vocab_size={vocab_size} (ids 0..{vocab_size - 1})")
 
-
-# ----------------------------------------------------------------------------- models, tasks, training
-# (used by attnbook.models, attnbook.tasks and attnbook.train)
-def instance(where: str, name: str, value: object, kind: type | tuple[type, ...], what: str) -> object:
-    """``value`` if it is an instance of ``kind`` (described to the reader as ``what``)."""
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise TypeError(f"{where}: `{name}` must be {what}; got {described(value)}")
-    return value
-
-
-def integer(where: str, name: str, value: object) -> int:
-    """``value`` if it is an int (any sign, not a bool), such as a seed."""
-    return instance(where, name, value, int, "an int")
-
-
-def positive_number(where: str, name: str, value: object) -> float:
-    """``value`` if it is a finite real number > 0 (a learning rate, a clipping norm)."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{where}: `{name}` must be a positive finite number; got {described(value)}")
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{where}: `{name}` must be a positive finite number; got {value!r}")
-    return value
-
-
-def in_range(where: str, name: str, value: object, low: object, high: object, *, kind: type = int,
-             what: str = "an int", why: str = "") -> object:
-    """``value`` if it is a ``kind`` (an int unless told) in ``low..high``; ``why`` explains the bounds."""
-    instance(where, name, value, kind, f"{what} in {low}..{high}{why}")
-    if not low <= value <= high:
-        raise ValueError(f"{where}: `{name}` must be {what} in {low}..{high}{why}; got {value!r}")
-    return value
-
-
-def subset(where: str, name: str, values: object, choices: tuple) -> tuple:
-    """``values`` as a tuple, if it is a non-empty collection of names from ``choices``."""
-    values = tuple(values) if isinstance(values, (list, tuple)) else (values,)
-    if not values or any(v not in choices for v in values):
-        raise ValueError(f"{where}: `{name}` must be names from {sorted(choices)}; got {list(values)}")
-    return values
-
-
-def size(where: str, name: str, t: Tensor, dim: int, expected: int, what: str) -> None:
-    """Raise a ValueError unless ``t.shape[dim] == expected``; ``what`` names that size for the reader
-    (``"the batch size B of `src`"``, ``"the width E"``)."""
-    if t.shape[dim] != expected:
-        raise ValueError(f"{where}: `{name}` must have {what} = {expected} (dim {dim}); got shape {shape(t)}")
-
-
-def length(where: str, name: str, tokens: Tensor, low: int, high: int, why: str = "") -> None:
-    """Raise a ValueError unless the sequences ``tokens`` (B, L) hold ``low..high`` positions each."""
-    if not low <= tokens.shape[-1] <= high:
-        raise ValueError(f"{where}: `{name}` holds {tokens.shape[-1]} positions per sequence; expected "
-                         f"{low}..{high}{why}")
-
-
-def lengths(where: str, name: str, value: object, B: int, S: int) -> Tensor:
-    """The true lengths of B padded sequences of S positions: a long tensor (B,) of ints in 1..S."""
-    tensor(where, name, value, letters="B")
-    if value.dtype != torch.long:
-        raise TypeError(f"{where}: `{name}` must be a long tensor (B,); got dtype {value.dtype}")
-    size(where, name, value, 0, B, "one length per sequence, B")
-    if B and (int(value.min()) < 1 or int(value.max()) > S):
-        raise ValueError(f"{where}: `{name}` must lie in 1..S = 1..{S}; got {value.tolist()}")
-    return value
-
-
-def every_row_has_a_key(where: str, value: Tensor | None) -> None:
-    """Raise a ValueError if a row of the (B, S) ``key_mask`` is all False (a source with no real token)."""
-    if value is not None and value.numel() and not bool(value.any(dim=-1).all()):
-        row = int((~value.any(dim=-1)).nonzero()[0, 0])
-        raise ValueError(f"{where}: `key_mask` row {row} is all False: every source needs a real token")
-
-
-def sequence_of(where: str, name: str, value: object, kind: type, count: int, what: str) -> list:
-    """``value`` if it is a list or tuple of ``count`` instances of ``kind`` (``what`` describes it)."""
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, kind) for v in value):
-        raise TypeError(f"{where}: `{name}` must be {what}; got {described(value)}")
-    if len(value) != count:
-        raise ValueError(f"{where}: `{name}` must hold {count} ({what}); got {len(value)}")
-    return list(value)
-
-
-def paired(where: str, a_name: str, a: object, b_name: str, b: object) -> None:
-    """Raise a ValueError unless the collections ``a`` and ``b`` are non-empty and equally long."""
-    if len(a) != len(b) or not len(a):
-        raise ValueError(f"{where}: `{a_name}` and `{b_name}` must be non-empty and equally long; got "
-                         f"{len(a)} and {len(b)}")

@@ -1,8 +1,7 @@
 """Attention as a module: any score function, a masked softmax, and a weighted sum of the values.
 
 :class:`Attention` generalises the plain function :func:`attnbook.functional.attention` (the scaled
-dot product) to any score from :mod:`attnbook.scores`. The function is available here too, so
-``from attnbook.attention import attention`` and ``from attnbook import attention`` give it.
+dot product) to any score from :mod:`attnbook.scores`.
 
 Shapes:
     queries (B, L, Dq), keys (B, S, Dk), values (B, S, Dv), mask (L, S) | (B, L, S) | broadcastable,
@@ -14,10 +13,10 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from attnbook import _checks as check
-from attnbook.functional import attention, masked_softmax
+from attnbook.functional import masked_softmax
 from attnbook.masks import build_mask
 
-__all__ = ["Attention", "attention"]
+__all__ = ["Attention"]
 
 
 class Attention(nn.Module):
@@ -53,11 +52,9 @@ class Attention(nn.Module):
 
     def __init__(self, score: nn.Module) -> None:
         super().__init__()
-        if not isinstance(score, nn.Module):
-            raise TypeError(
-                "Attention: `score` must be an nn.Module; got "
-                f"{type(score).__name__}"
-            )
+        check.instance(
+            "Attention", "score", score, nn.Module, "an nn.Module"
+        )
         self.score = score
 
     def forward(
@@ -77,34 +74,16 @@ class Attention(nn.Module):
             mask (L, S) | (B, L, S), key_mask (B, S)
             -> context (B, L, Dv), weights (B, L, S)
         """
-        B, L, S = _check_inputs(
-            queries, keys, values, mask, key_mask
+        check.attention_module_inputs(
+            "Attention", queries, keys, values, mask, key_mask
         )
+        B, L, S = queries.shape[0], queries.shape[1], keys.shape[1]
         scores = self.score(queries, keys)  # (B, L, S)
-        if check.shape(scores) != (B, L, S):
-            raise ValueError(
-                "Attention: `score` must return scores of shape "
-                f"(B, L, S) = {(B, L, S)}; got {check.shape(scores)}"
-            )
-        masks = build_mask(L, S, mask=mask, key_mask=key_mask)
-        weights = masked_softmax(scores, masks)  # (B, L, S)
+        check.tensor(
+            "Attention", "score(queries, keys)", scores,
+            letters="B, L, S", sizes=[(1, L, "L"), (2, S, "S")],
+        )
+        allowed = build_mask(L, S, mask=mask, key_mask=key_mask)
+        weights = masked_softmax(scores, allowed)  # (B, L, S)
         context = weights @ values  # (B, L, Dv)
         return context, weights
-
-
-def _check_inputs(queries, keys, values, mask, key_mask) -> tuple[int, int, int]:
-    where = "Attention"
-    for name, t, letters in (("queries", queries, "B, L, Dq"), ("keys", keys, "B, S, Dk"),
-                             ("values", values, "B, S, Dv")):
-        check.tensor(where, name, t, letters=letters, floating=True)
-    check.same_dtype(where, "`queries`, `keys` and `values`", queries, keys, values)
-    if keys.shape[:2] != values.shape[:2]:
-        raise ValueError(f"{where}: `keys` and `values` must have the same (B, S); got keys "
-                         f"{check.shape(keys)} and values {check.shape(values)}")
-    if queries.shape[0] != keys.shape[0]:
-        raise ValueError(f"{where}: `queries` and `keys` must have the same batch size B; got queries "
-                         f"{check.shape(queries)} and keys {check.shape(keys)}")
-    B, L, S = queries.shape[0], queries.shape[1], keys.shape[1]
-    check.mask(where, "mask", mask, (B, L, S), queries.dtype, "the scores' shape (B, L, S)")
-    check.key_mask(where, key_mask, (B, L, S))
-    return B, L, S

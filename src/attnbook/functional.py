@@ -11,7 +11,12 @@ Masks: a boolean mask is True where a query may attend; a floating mask is added
 (a ``-inf`` blocks the key); ``key_mask`` (B, S) is True on real keys; ``is_causal`` is aligned to
 the bottom right (:func:`attnbook.masks.causal_mask`). They combine by one rule
 (:func:`attnbook.masks.combine_masks`). A query with nothing to attend to gets zero weights and a
-zero output. fp16 and bf16 inputs are computed in fp32 and the results cast back.
+zero output.
+
+Dtypes, one policy, written once in :func:`upcast` and used here and by :mod:`attnbook.tiled`: fp16
+and bf16 inputs are computed in fp32 (scores, masks, softmax and the weighted sum), and the results
+are cast back to the inputs' dtype; other dtypes are computed as they are. :func:`fused_attention`
+leaves this to ``F.scaled_dot_product_attention``, whose kernels accumulate in fp32 too.
 
 Shapes:
     ``...`` any leading dims (batch B, heads H); L queries, S keys/values, D query/key width,
@@ -24,6 +29,8 @@ Shapes:
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -33,7 +40,14 @@ from attnbook.masks import apply_mask, build_mask
 
 __all__ = ["masked_softmax", "attention", "fused_attention", "split_heads", "merge_heads"]
 
-LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+def upcast(t: Tensor | None) -> Tensor | None:
+    """The dtype policy: an fp16 or bf16 tensor in fp32; anything else (bool masks, None) as it is.
+
+    Shapes:
+        t (...) -> (...)
+    """
+    return t.float() if t is not None and t.dtype in (torch.float16, torch.bfloat16) else t
 
 
 def masked_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) -> Tensor:
@@ -52,17 +66,13 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) ->
     Shapes:
         scores (..., S), mask broadcastable to (..., S) -> weights (..., S)
     """
-    _check_softmax(scores, mask, dim)
-    dtype = scores.dtype
-    compute = torch.float32 if dtype in LOW_PRECISION else dtype  # fp16/bf16: softmax in fp32
-    if mask is not None and mask.dtype != torch.bool:
-        mask = mask.to(compute)
-    scores = apply_mask(scores.to(compute), mask)  # -inf where blocked
-    nothing = torch.isneginf(scores).all(dim, keepdim=True)  # rows with no key to attend to
-    if not nothing.any():
-        return torch.softmax(scores, dim).to(dtype)
-    weights = torch.softmax(scores.masked_fill(nothing, 0.0), dim)  # the fill keeps 0/0 = NaN out
-    return weights.masked_fill(nothing, 0.0).to(dtype)
+    check.tensor("masked_softmax", "scores", scores, floating=True)
+    check.dim("masked_softmax", "dim", dim, scores.dim())
+    check.mask("masked_softmax", "mask", mask, scores.shape, scores.dtype, "the `scores` shape")
+    blocked = apply_mask(upcast(scores), upcast(mask))  # -inf where blocked
+    empty = torch.isneginf(blocked).all(dim, keepdim=True)  # rows with no key to attend to
+    weights = torch.softmax(blocked.masked_fill(empty, 0.0), dim)  # the fill keeps 0/0 = NaN out
+    return weights.masked_fill(empty, 0.0).to(scores.dtype)
 
 
 def attention(
@@ -76,8 +86,7 @@ def attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
-    """Scaled dot-product attention, returning the output and the
-    weights.
+    """Scaled dot-product attention, returning output and weights.
 
     ``weights = softmax(q kᵀ · scale + masks)`` over the keys,
     ``output = weights v``.
@@ -106,22 +115,19 @@ def attention(
         mask (..., L, S), key_mask (B, S)
         -> output (..., L, Dv), weights (..., L, S)
     """
-    scores_shape, scale = check.attention_call(
+    check.attention_call(
         "attention", q, k, v, mask, key_mask, is_causal, scale,
         dropout_p,
     )
-    dtype = q.dtype
-    # fp16/bf16: scores, masks and softmax in fp32, as SDPA does
-    if dtype in LOW_PRECISION:
-        q, k, v = q.float(), k.float(), v.float()
-        if mask is not None and mask.dtype != torch.bool:
-            mask = mask.float()
-
-    *_, L, S = scores_shape
+    dtype, L, S = q.dtype, q.shape[-2], k.shape[-2]
+    # the dtype policy: fp16/bf16 in fp32
+    q, k, v, mask = upcast(q), upcast(k), upcast(v), upcast(mask)
+    if scale is None:  # D = 0: every score is 0 anyway
+        scale = 1.0 / math.sqrt(q.shape[-1] or 1)
     scores = (q * scale) @ k.transpose(-2, -1)  # (..., L, S)
     allowed = build_mask(
         L, S, mask=mask, key_mask=key_mask, is_causal=is_causal,
-        ndim=len(scores_shape), device=q.device,
+        ndim=scores.dim(), device=q.device,
     )
     weights = masked_softmax(scores, allowed)  # (..., L, S)
     if dropout_p > 0.0:
@@ -151,12 +157,12 @@ def fused_attention(
     Shapes:
         q (..., L, D), k (..., S, D), v (..., S, Dv), mask (..., L, S), key_mask (B, S) -> (..., L, Dv)
     """
-    scores_shape, _ = check.attention_call("fused_attention", q, k, v, mask, key_mask, is_causal, scale, dropout_p)
-    *_, L, S = scores_shape
-    if is_causal and mask is None and key_mask is None and L == S:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
-    allowed = build_mask(L, S, mask=mask, key_mask=key_mask, is_causal=is_causal, ndim=len(scores_shape),
-                         device=q.device)
+    check.attention_call("fused_attention", q, k, v, mask, key_mask, is_causal, scale, dropout_p)
+    L, S = q.shape[-2], k.shape[-2]
+    if mask is None and key_mask is None and (not is_causal or L == S):  # SDPA's top-left causal mask is ours
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
+    allowed = build_mask(L, S, mask=mask, key_mask=key_mask, is_causal=is_causal,
+                         ndim=max(q.dim(), k.dim(), v.dim()), device=q.device)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
 
 
@@ -167,7 +173,8 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     Shapes:
         x (B, L, E) -> (B, H, L, D)
     """
-    _check_split("split_heads", x, num_heads)
+    check.tensor("split_heads", "x", x, letters="B, L, E")
+    check.heads("split_heads", "x", x.shape[-1], num_heads)
     B, L, E = x.shape
     D = E // num_heads
     return x.view(B, L, num_heads, D).transpose(1, 2)  # (B, H, L, D)
@@ -183,17 +190,3 @@ def merge_heads(x: Tensor) -> Tensor:
     check.tensor("merge_heads", "x", x, letters="B, H, L, D")
     B, H, L, D = x.shape
     return x.transpose(1, 2).reshape(B, L, H * D)  # (B, L, E)
-
-
-# ----------------------------------------------------------------------------- argument checks
-def _check_softmax(scores: object, mask: object, dim: object) -> None:
-    check.tensor("masked_softmax", "scores", scores, floating=True)
-    check.dim("masked_softmax", "dim", dim, scores.dim())
-    check.mask("masked_softmax", "mask", mask, tuple(scores.shape), scores.dtype, "the `scores` shape")
-
-
-def _check_split(where: str, x: object, num_heads: object) -> None:
-    check.tensor(where, "x", x, letters="B, L, E")
-    check.positive_int(where, "num_heads", num_heads)
-    if x.shape[-1] % num_heads:
-        raise ValueError(f"{where}: the width E={x.shape[-1]} of `x` is not divisible by num_heads={num_heads}")

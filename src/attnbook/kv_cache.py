@@ -51,15 +51,13 @@ class KVCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> None:
-        where = "KVCache"
-        self.batch_size = check.positive_int(where, "batch_size", batch_size)
-        self.num_heads = check.positive_int(where, "num_heads", num_heads)
-        self.max_len = check.positive_int(where, "max_len", max_len)
-        self.head_dim = check.positive_int(where, "head_dim", head_dim)
-        shape = (batch_size, num_heads, max_len, head_dim)
-        factory = {"dtype": check.floating_dtype(where, "dtype", dtype), "device": check.device(where, "device", device)}
-        self._keys = torch.zeros(shape, **factory)  # (B, H, max_len, D)
-        self._values = torch.zeros(shape, **factory)  # (B, H, max_len, D)
+        check.positive_ints("KVCache", batch_size=batch_size, num_heads=num_heads, max_len=max_len, head_dim=head_dim)
+        check.floating_dtype("KVCache", "dtype", dtype)
+        check.device("KVCache", "device", device)
+        self.batch_size, self.num_heads, self.max_len, self.head_dim = batch_size, num_heads, max_len, head_dim
+        shape = (batch_size, num_heads, max_len, head_dim)  # (B, H, max_len, D)
+        self._keys = torch.zeros(shape, dtype=dtype, device=device)
+        self._values = torch.zeros(shape, dtype=dtype, device=device)
         self.length = 0
 
     def __len__(self) -> int:
@@ -112,33 +110,15 @@ class KVCache:
             k (B, H, L, D), v (B, H, L, D)
             -> keys (B, H, S, D), values (B, H, S, D)
         """
-        self._check_append(k, v)
+        check.cache_append("KVCache.append", self, k, v)
         start, end = self.length, self.length + k.shape[2]
-        recording = k.requires_grad or v.requires_grad
-        if torch.is_grad_enabled() and recording:
+        needs_grad = k.requires_grad or v.requires_grad
+        if torch.is_grad_enabled() and needs_grad:
             # fresh buffers: what earlier steps read stays as it was
+            # for the backward pass
             self._keys = self._keys.clone()
             self._values = self._values.clone()
         self._keys[:, :, start:end] = k
         self._values[:, :, start:end] = v
         self.length = end
         return self.keys, self.values
-
-    def _check_append(self, k: object, v: object) -> None:
-        where = "KVCache.append"
-        for name, t in (("k", k), ("v", v)):
-            check.tensor(where, name, t, letters="B, H, L, D")
-            if t.shape[0] != self.batch_size:
-                raise ValueError(f"{where}: `{name}` has batch size {t.shape[0]}, but the cache was "
-                                 f"made for batch_size={self.batch_size}; got shape {tuple(t.shape)}")
-            if (t.shape[1], t.shape[3]) != (self.num_heads, self.head_dim):
-                raise ValueError(f"{where}: `{name}` must be (B={self.batch_size}, H={self.num_heads}, "
-                                 f"L, D={self.head_dim}); got shape {tuple(t.shape)}")
-            if t.dtype != self.dtype:
-                raise TypeError(f"{where}: `{name}` has dtype {t.dtype}, but the cache holds {self.dtype} "
-                                f"(make the cache with dtype={t.dtype} to store it)")
-        if k.shape != v.shape:
-            raise ValueError(f"{where}: `k` and `v` must have one shape; got {tuple(k.shape)} and {tuple(v.shape)}")
-        if self.length + k.shape[2] > self.max_len:
-            raise ValueError(f"{where}: the cache is full: it holds {self.length} of max_len={self.max_len} "
-                             f"positions and cannot take {k.shape[2]} more; make the cache larger or reset() it")

@@ -39,23 +39,10 @@ def padding_mask(lengths: Tensor | Sequence[int], max_len: int | None = None) ->
     tensor([[ True,  True,  True, False],
             [ True, False, False, False]])
     """
-    where = "padding_mask"
-    if not isinstance(lengths, Tensor):
-        try:
-            lengths = list(lengths)
-            lengths = torch.as_tensor(lengths, dtype=torch.long if not lengths else None)
-        except (TypeError, ValueError, RuntimeError):
-            raise TypeError(f"{where}: `lengths` must be a 1-D tensor or a list of ints; got {lengths!r}") from None
-    if lengths.dtype == torch.bool or lengths.dtype.is_floating_point or lengths.dtype.is_complex:
-        raise TypeError(f"{where}: `lengths` must hold integers; got dtype {lengths.dtype}")
-    if lengths.dim() != 1:
-        raise ValueError(f"{where}: `lengths` must be 1-D (B,); got shape {check.shape(lengths)}")
-    if lengths.numel() and int(lengths.min()) < 0:
-        raise ValueError(f"{where}: `lengths` must be >= 0; got {lengths.tolist()}")
-    longest = int(lengths.max()) if lengths.numel() else 0
-    max_len = check.nonnegative_int(where, "max_len", longest if max_len is None else max_len)
-    if longest > max_len:
-        raise ValueError(f"{where}: a length is longer than `max_len`={max_len}; got lengths {lengths.tolist()}")
+    check.lengths("padding_mask", lengths, max_len)
+    lengths = torch.as_tensor(lengths, dtype=torch.long)  # (B,)
+    if max_len is None:
+        max_len = int(lengths.max()) if lengths.numel() else 0
     positions = torch.arange(max_len, device=lengths.device)  # (S,)
     return positions[None, :] < lengths[:, None]  # (B, S)
 
@@ -83,9 +70,8 @@ def causal_mask(
         -> (L, S), or (len(rows), len(cols)) for a block
     """
     S = L if S is None else S
-    check.nonnegative_int("causal_mask", "L", L)
-    check.nonnegative_int("causal_mask", "S", S)
-    device = check.device("causal_mask", "device", device)
+    check.nonnegative_ints("causal_mask", L=L, S=S)
+    check.device("causal_mask", "device", device)
     rows, cols = rows or slice(0, L), cols or slice(0, S)
     i = torch.arange(L, device=device)[rows, None]  # (L, 1)
     j = torch.arange(S, device=device)[None, cols]  # (1, S)
@@ -127,18 +113,18 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
     tensor([[ True, False],
             [ True,  True]])
     """
-    present = check.combinable_masks("combine_masks", masks)  # the masks that are not None
-    allowed, additive = None, None
-    for mask in present:
+    check.combinable_masks("combine_masks", masks)
+    allowed = added = None
+    for mask in masks:
+        if mask is None:
+            continue
         if mask.dtype == torch.bool:
             allowed = mask if allowed is None else allowed & mask  # blocked if any mask blocks
         else:
-            additive = mask if additive is None else additive + mask  # the values add up
-    if additive is None:
-        return allowed
-    if allowed is None:
-        return additive
-    return torch.where(allowed, additive, float("-inf"))  # blocked stays blocked, whatever is added
+            added = mask if added is None else added + mask  # the values add up
+    if allowed is None or added is None:
+        return added if allowed is None else allowed
+    return torch.where(allowed, added, float("-inf"))  # blocked stays blocked, whatever is added
 
 
 def apply_mask(scores: Tensor, mask: Tensor | None) -> Tensor:

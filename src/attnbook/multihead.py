@@ -1,21 +1,22 @@
 """Multi-head attention: H scaled dot-product attentions side by side, and causal self-attention.
 
-Both modules compute the same four steps (:meth:`MultiHeadAttention.forward`):
+Both modules compute the same four steps:
 
-1. project the inputs to queries, keys and values and :func:`~attnbook.functional.split_heads`;
-2. attend in every head, through one of two backends side by side:
+1. project the inputs to queries, keys and values (``q_proj``, ``k_proj``, ``v_proj``) and
+   :func:`~attnbook.functional.split_heads`;
+2. attend in every head, through one of two backends side by side (:meth:`_MultiHead._attend`):
 
    * ``"math"``, the readable path, :func:`attnbook.functional.attention` (it can return the weights);
    * ``"sdpa"``, the fused path, :func:`attnbook.functional.fused_attention`, which calls
      ``torch.nn.functional.scaled_dot_product_attention`` (fused kernels, no weights);
 3. :func:`~attnbook.functional.merge_heads`;
-4. the output projection.
+4. the output projection ``out_proj``.
 
-:class:`MultiHeadAttention` has the parameters and the call of ``torch.nn.MultiheadAttention``
-(batch-first, with the book's masks) and can be built from one with :meth:`MultiHeadAttention.from_torch`.
-:class:`CausalSelfAttention` is a decoder's self-attention: queries, keys and values from one
-sequence, the causal mask aligned to the bottom right, and an optional :class:`~attnbook.kv_cache.KVCache`
-for decoding one token at a time through the same forward.
+:class:`MultiHeadAttention` computes what ``torch.nn.MultiheadAttention`` computes (batch-first,
+with the book's masks); :meth:`MultiHeadAttention.from_torch` and :meth:`MultiHeadAttention.to_torch`
+copy the weights across. :class:`CausalSelfAttention` is a decoder's self-attention: queries, keys
+and values from one sequence, the causal mask aligned to the bottom right, and an optional
+:class:`~attnbook.kv_cache.KVCache` for decoding one token at a time through the same forward.
 
 Shapes:
     B batch, H heads, L queries, S keys/values, E model width, D = E / H per-head width.
@@ -30,7 +31,6 @@ keys and False on padding; PyTorch's ``key_padding_mask`` means the opposite.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook import _checks as check
@@ -43,127 +43,92 @@ BACKENDS = ("math", "sdpa")
 
 
 class _MultiHead(nn.Module):
-    """What both modules share: the projections (named as in ``torch.nn.MultiheadAttention``) and
-    the attention of every head through either backend."""
+    """What both modules share: four projections, and the attention of every head through either
+    backend. ``q_proj`` (E -> E), ``k_proj`` (Ek -> E), ``v_proj`` (Ev -> E) and ``out_proj`` (E -> E)
+    are plain ``nn.Linear`` layers; row block h·D .. (h+1)·D - 1 of each input projection is head h's."""
 
     def __init__(self, where: str, embed_dim: int, num_heads: int, kdim: int | None, vdim: int | None,
                  bias: bool, dropout: float, backend: str, device, dtype) -> None:
         super().__init__()
-        E = check.positive_int(where, "embed_dim", embed_dim)
-        H = check.positive_int(where, "num_heads", num_heads)
-        if E % H:
-            raise ValueError(f"{where}: `embed_dim`={E} must be divisible by `num_heads`={H} "
-                             f"(each head gets D = embed_dim / num_heads columns)")
-        kdim = E if kdim is None else check.positive_int(where, "kdim", kdim)
-        vdim = E if vdim is None else check.positive_int(where, "vdim", vdim)
-        check.flag(where, "bias", bias)
-        self.dropout = check.probability(where, "dropout", dropout)
-        self.backend = check.one_of(where, "backend", backend, BACKENDS)
-        factory = {"device": check.device(where, "device", device), "dtype": check.floating_dtype(where, "dtype", dtype)}
-        self.embed_dim, self.num_heads, self.head_dim, self.kdim, self.vdim = E, H, E // H, kdim, vdim
-        self._qkv_same_embed_dim = kdim == E and vdim == E
-        if self._qkv_same_embed_dim:
-            self.in_proj_weight = nn.Parameter(torch.empty(3 * E, E, **factory))  # rows: q, k, v
-            for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
-                self.register_parameter(name, None)
-        else:
-            self.register_parameter("in_proj_weight", None)
-            self.q_proj_weight = nn.Parameter(torch.empty(E, E, **factory))
-            self.k_proj_weight = nn.Parameter(torch.empty(E, kdim, **factory))
-            self.v_proj_weight = nn.Parameter(torch.empty(E, vdim, **factory))
-        if bias:
-            self.in_proj_bias = nn.Parameter(torch.empty(3 * E, **factory))
-        else:
-            self.register_parameter("in_proj_bias", None)
-        self.out_proj = nn.Linear(E, E, bias=bias, **factory)
+        kdim, vdim = embed_dim if kdim is None else kdim, embed_dim if vdim is None else vdim
+        check.positive_ints(where, embed_dim=embed_dim, kdim=kdim, vdim=vdim)
+        check.heads(where, "embed_dim", embed_dim, num_heads)
+        check.flags(where, bias=bias)
+        check.probability(where, "dropout", dropout)
+        check.one_of(where, "backend", backend, BACKENDS)
+        check.device(where, "device", device)
+        check.floating_dtype(where, "dtype", dtype)
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.kdim, self.vdim, self.dropout, self.backend = kdim, vdim, float(dropout), backend
+        factory = {"bias": bias, "device": device, "dtype": dtype}
+        self.q_proj = nn.Linear(embed_dim, embed_dim, **factory)  # weight (E, E)
+        self.k_proj = nn.Linear(kdim, embed_dim, **factory)  # weight (E, Ek)
+        self.v_proj = nn.Linear(vdim, embed_dim, **factory)  # weight (E, Ev)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, **factory)  # weight (E, E)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Xavier-uniform input projections and zero biases, as in ``torch.nn.MultiheadAttention``.
+        """Xavier-uniform input projections and zero biases, as in ``torch.nn.MultiheadAttention``
+        (whose output projection also keeps ``nn.Linear``'s initial weight).
 
         Shapes:
-            in_proj_weight (3E, E) or q/k/v_proj_weight (E, E), (E, Ek), (E, Ev); in_proj_bias (3E,)
+            q_proj.weight (E, E), k_proj.weight (E, Ek), v_proj.weight (E, Ev), biases (E,)
         """
-        for weight in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
-            if weight is not None:
-                nn.init.xavier_uniform_(weight)
-        if self.in_proj_bias is not None:
-            nn.init.zeros_(self.in_proj_bias)
-            nn.init.zeros_(self.out_proj.bias)
-
-    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Project the inputs and split them into heads.
-
-        Shapes:
-            query (B, L, E), key (B, S, Ek), value (B, S, Ev) -> q (B, H, L, D), k and v (B, H, S, D)
-        """
-        b_q, b_k, b_v = (None, None, None) if self.in_proj_bias is None else self.in_proj_bias.chunk(3)  # (E,) each
-        if not self._qkv_same_embed_dim:
-            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
-        elif query is key and key is value:  # self-attention: one matrix product for q, k and v
-            qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias)  # (B, L, 3E)
-            return tuple(split_heads(t, self.num_heads) for t in qkv.chunk(3, dim=-1))  # 3 x (B, H, L, D)
-        else:
-            w_q, w_k, w_v = self.in_proj_weight.chunk(3)  # (E, E) each
-        q = split_heads(F.linear(query, w_q, b_q), self.num_heads)  # (B, H, L, D)
-        k = split_heads(F.linear(key, w_k, b_k), self.num_heads)  # (B, H, S, D)
-        v = split_heads(F.linear(value, w_v, b_v), self.num_heads)  # (B, H, S, D)
-        return q, k, v
+        for proj in (self.q_proj, self.k_proj, self.v_proj):
+            nn.init.xavier_uniform_(proj.weight)
+        for proj in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
+            if proj.bias is not None:
+                nn.init.zeros_(proj.bias)
 
     def _attend(
-        self, q: Tensor, k: Tensor, v: Tensor, *,
-        mask: Tensor | None = None, key_mask: Tensor | None = None,
-        is_causal: bool, need_weights: bool,
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        mask: Tensor | None = None,
+        key_mask: Tensor | None = None,
+        is_causal: bool,
+        need_weights: bool,
         average_attn_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
         """Attention in every head, the heads merged, and the output
         projection.
 
         Shapes:
-            q (B, H, L, D), k and v (B, H, S, D), key_mask (B, S),
-            mask (L, S) | (B, 1, L, S) | (B, H, L, S)
+            q (B, H, L, D), k and v (B, H, S, D),
+            mask (L, S) | (B, 1, L, S) | (B, H, L, S),
+            key_mask (B, S)
             -> output (B, L, E),
-            weights (B, L, S) | (B, H, L, S) | None
+               weights (B, L, S) | (B, H, L, S) | None
         """
         dropout_p = self.dropout if self.training else 0.0
-        masks = {"key_mask": key_mask, "is_causal": is_causal}
-        if self.backend == "sdpa":  # fused: never forms the weights
-            out = fused_attention(  # (B, H, L, D)
-                q, k, v, mask, **masks, dropout_p=dropout_p)
+        if self.backend == "sdpa":
+            # the fused path: PyTorch's kernels, which never form
+            # the weights
+            out = fused_attention(
+                q, k, v, mask, key_mask=key_mask,
+                is_causal=is_causal, dropout_p=dropout_p,
+            )
             weights = None
-        else:  # the readable path
-            out, weights = attention(  # (B, H, L, D), (B, H, L, S)
-                q, k, v, mask, **masks, dropout_p=dropout_p)
-        out = self.out_proj(merge_heads(out))  # (B, L, E)
+        else:
+            # the readable path: scores, masked softmax, weighted sum
+            out, weights = attention(
+                q, k, v, mask, key_mask=key_mask,
+                is_causal=is_causal, dropout_p=dropout_p,
+            )
+        # (B, H, L, D) -> (B, L, E)
+        out = self.out_proj(merge_heads(out))
         if need_weights and average_attn_weights:
             weights = weights.mean(dim=1)  # (B, L, S)
         return out, weights if need_weights else None
 
-    def _check_flags(self, where: str, need_weights: object, average_attn_weights: object) -> None:
-        check.flag(where, "need_weights", need_weights)
-        check.flag(where, "average_attn_weights", average_attn_weights)
-        if need_weights and self.backend == "sdpa":
-            raise ValueError(f"{where}: need_weights=True, but backend='sdpa' never forms the weights "
-                             f"(the fused kernel does not return them); use backend='math' to get them")
-
-    def _check_input(self, where: str, name: str, t: object, width: int, width_name: str) -> Tensor:
-        check.tensor(where, name, t, letters="B, length, width", floating=True)
-        if t.shape[-1] != width:
-            raise ValueError(f"{where}: `{name}` must have width {width_name}={width}; got shape {check.shape(t)}")
-        dtype = self.out_proj.weight.dtype
-        if t.dtype != dtype:
-            raise TypeError(f"{where}: `{name}` must have the parameters' dtype {dtype}; got {t.dtype}")
-        return t
-
 
 class MultiHeadAttention(_MultiHead):
-    """Multi-head attention with the parameters of ``torch.nn.MultiheadAttention`` (batch-first).
+    """Multi-head attention, batch-first, computing what ``torch.nn.MultiheadAttention`` computes.
 
     Each of the H heads projects queries, keys and values to D = E / H columns, runs scaled
     dot-product attention, and the H outputs, side by side, go through one output projection.
-    When the key and value widths equal ``embed_dim``, the three input projections are packed into
-    one (3E, E) matrix ``in_proj_weight``, and self-attention (``query is key is value``) projects
-    with a single matrix product, as PyTorch does.
 
     Args:
         embed_dim: E, the width of queries and of the output.
@@ -228,67 +193,79 @@ class MultiHeadAttention(_MultiHead):
             query (B, L, E), key (B, S, Ek), value (B, S, Ev), mask (L, S) | (B, L, S) | (B, H, L, S),
             key_mask (B, S) -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None
         """
-        mask = self._check_forward(query, key, value, mask, key_mask, is_causal, need_weights, average_attn_weights)
-        q, k, v = self._project(query, key, value)  # (B, H, L, D), (B, H, S, D), (B, H, S, D)
-        return self._attend(q, k, v, mask=mask, key_mask=key_mask, is_causal=is_causal,
-                            need_weights=need_weights, average_attn_weights=average_attn_weights)
+        where = "MultiHeadAttention.forward"
+        check.multihead_call(where, self, query, key, value, mask, key_mask, is_causal, need_weights,
+                             average_attn_weights)
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)  # (B, 1, L, S): one mask per batch element, shared by the heads
+        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, L, D)
+        k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, S, D)
+        v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, S, D)
+        return self._attend(q, k, v, mask=mask, key_mask=key_mask, is_causal=is_causal, need_weights=need_weights,
+                            average_attn_weights=average_attn_weights)
 
     @classmethod
-    def from_torch(cls, module: nn.MultiheadAttention, *, backend: str = "math") -> "MultiHeadAttention":
+    def from_torch(cls, module: nn.MultiheadAttention, *, backend: str = "math") -> MultiHeadAttention:
         """A new module holding a copy of the weights (same dtype and device) of ``module``.
 
-        Works whether ``module`` packs its input projections in ``in_proj_weight`` or keeps
-        separate ``q_proj_weight``/``k_proj_weight``/``v_proj_weight`` (``kdim``/``vdim``). The
-        copy is batch-first whatever ``module.batch_first`` says. ``add_bias_kv`` and
-        ``add_zero_attn`` are not supported.
+        ``module`` keeps its input projections in one (3E, E) ``in_proj_weight`` when kdim = vdim = E,
+        and in ``q_proj_weight``, ``k_proj_weight`` and ``v_proj_weight`` otherwise; either way
+        they are copied into ``q_proj``, ``k_proj`` and ``v_proj``. The copy is batch-first whatever
+        ``module.batch_first`` says. ``add_bias_kv`` and ``add_zero_attn`` are not supported.
 
         Shapes:
-            the copy's forward: query (B, L, E), key (B, S, Ek), value (B, S, Ev) -> (B, L, E)
+            in_proj_weight (3E, E) -> q_proj.weight, k_proj.weight, v_proj.weight (E, E) each;
+            in_proj_bias (3E,) -> three biases (E,)
         """
         where = "MultiHeadAttention.from_torch"
-        if not isinstance(module, nn.MultiheadAttention):
-            raise TypeError(f"{where}: `module` must be a torch.nn.MultiheadAttention; got {type(module).__name__}")
-        if module.bias_k is not None or module.add_zero_attn:
-            raise ValueError(f"{where}: `module` uses add_bias_kv or add_zero_attn, which this module does not have")
-        reference = module.out_proj.weight
-        new = cls(module.embed_dim, module.num_heads, kdim=module.kdim, vdim=module.vdim,
-                  bias=module.in_proj_bias is not None, dropout=module.dropout, backend=backend,
-                  device=reference.device, dtype=reference.dtype)
-        new.load_state_dict(module.state_dict())  # the parameter names are PyTorch's: one to one
-        new.train(module.training)
-        return new
+        check.instance(where, "module", module, nn.MultiheadAttention, "a torch.nn.MultiheadAttention")
+        check.that(module.bias_k is None and not module.add_zero_attn, where,
+                   "`module` uses add_bias_kv or add_zero_attn, which this module does not have")
+        w = module.out_proj.weight
+        new = cls(module.embed_dim, module.num_heads, kdim=module.kdim, vdim=module.vdim, dropout=module.dropout,
+                  bias=module.in_proj_bias is not None, backend=backend, device=w.device, dtype=w.dtype)
+        if module.in_proj_weight is not None:
+            weights = module.in_proj_weight.chunk(3)  # (E, E) each: rows of q, then k, then v
+        else:
+            weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)  # (E, E), (E, Ek), (E, Ev)
+        biases = (None,) * 3 if module.in_proj_bias is None else module.in_proj_bias.chunk(3)  # (E,) each
+        with torch.no_grad():
+            for proj, weight, bias in zip((new.q_proj, new.k_proj, new.v_proj), weights, biases):
+                proj.weight.copy_(weight)
+                if bias is not None:
+                    proj.bias.copy_(bias)
+        new.out_proj.load_state_dict(module.out_proj.state_dict())
+        return new.train(module.training)
 
-    def _check_forward(self, query, key, value, mask, key_mask, is_causal, need_weights,
-                       average_attn_weights) -> Tensor | None:
-        """Check the arguments of :meth:`forward`; return the mask as (L, S), (B, 1, L, S) or (B, H, L, S)."""
-        where = "MultiHeadAttention.forward"
-        self._check_input(where, "query", query, self.embed_dim, "embed_dim")
-        if not (query is key and key is value):  # one tensor three times: checking the query checks all
-            self._check_input(where, "key", key, self.kdim, "kdim")
-            self._check_input(where, "value", value, self.vdim, "vdim")
-        if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
-            raise ValueError(f"{where}: `query`, `key` and `value` must share the batch size B, and `key` and "
-                             f"`value` the length S (B, S); got {check.shape(query)}, {check.shape(key)} and "
-                             f"{check.shape(value)}")
-        check.flag(where, "is_causal", is_causal)
-        self._check_flags(where, need_weights, average_attn_weights)
-        B, L, S, H = query.shape[0], query.shape[1], key.shape[1], self.num_heads
-        check.key_mask(where, key_mask, (B, H, L, S))
-        dtype, shapes = self.out_proj.weight.dtype, f"(L, S) = {(L, S)}, (B, L, S) = {(B, L, S)} or (B, H, L, S)"
-        if isinstance(mask, Tensor) and mask.dim() not in (2, 3, 4):
-            raise ValueError(f"{where}: `mask` must have shape {shapes} = {(B, H, L, S)}; got {check.shape(mask)}")
-        if isinstance(mask, Tensor) and mask.dim() == 3:
-            check.mask(where, "mask", mask, (B, L, S), dtype, "(B, L, S)")
-            return mask.unsqueeze(1)  # (B, 1, L, S): one mask per batch element, shared by the heads
-        check.mask(where, "mask", mask, (B, H, L, S), dtype, shapes)
-        return mask
+    def to_torch(self) -> nn.MultiheadAttention:
+        """A ``torch.nn.MultiheadAttention(batch_first=True)`` holding a copy of these weights (same
+        dtype and device); the inverse of :meth:`from_torch`.
+
+        Shapes:
+            q_proj.weight, k_proj.weight, v_proj.weight (E, E) each -> in_proj_weight (3E, E)
+            (separate q/k/v_proj_weight when kdim or vdim differ from E); biases -> in_proj_bias (3E,)
+        """
+        w, projections = self.out_proj.weight, (self.q_proj, self.k_proj, self.v_proj)
+        module = nn.MultiheadAttention(self.embed_dim, self.num_heads, dropout=self.dropout, kdim=self.kdim,
+                                       vdim=self.vdim, bias=self.out_proj.bias is not None, batch_first=True,
+                                       device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            if module.in_proj_weight is not None:
+                module.in_proj_weight.copy_(torch.cat([p.weight for p in projections]))  # (3E, E)
+            else:
+                for name, proj in zip("qkv", projections):
+                    getattr(module, f"{name}_proj_weight").copy_(proj.weight)
+            if module.in_proj_bias is not None:
+                module.in_proj_bias.copy_(torch.cat([p.bias for p in projections]))  # (3E,)
+        module.out_proj.load_state_dict(self.out_proj.state_dict())
+        return module.train(self.training)
 
 
 class CausalSelfAttention(_MultiHead):
     """Causal multi-head self-attention, the attention of a decoder-only transformer.
 
-    Queries, keys and values are three projections of the same sequence (one packed (3E, E)
-    matrix, as in :class:`MultiHeadAttention`); query i sees positions j <= i. With a
+    Queries, keys and values are three projections of the same sequence (the four projections of
+    :class:`MultiHeadAttention`); query i sees positions j <= i. With a
     :class:`~attnbook.kv_cache.KVCache`, the keys and values of the L new positions are appended to
     the cache and the new queries attend to all S cached positions, with the causal mask aligned to
     the bottom right (query i sees j <= i + S - L): decoding one token at a time runs this same
@@ -319,9 +296,11 @@ class CausalSelfAttention(_MultiHead):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        where = "CausalSelfAttention"
-        super().__init__(where, embed_dim, num_heads, None, None, bias, dropout, backend, device, dtype)
-        self.max_len = None if max_len is None else check.positive_int(where, "max_len", max_len)
+        super().__init__("CausalSelfAttention", embed_dim, num_heads, None, None, bias, dropout, backend,
+                         device, dtype)
+        if max_len is not None:
+            check.positive_int("CausalSelfAttention", "max_len", max_len)
+        self.max_len = max_len
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}, "
@@ -333,7 +312,7 @@ class CausalSelfAttention(_MultiHead):
         Shapes:
             -> a cache holding up to (B, H, max_len, D) keys and values
         """
-        w = self.in_proj_weight
+        w = self.out_proj.weight
         return KVCache(batch_size, self.num_heads, max_len, self.head_dim, dtype=w.dtype, device=w.device)
 
     def forward(
@@ -349,21 +328,16 @@ class CausalSelfAttention(_MultiHead):
         Shapes:
             x (B, L, E) -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None
         """
-        self._check_forward(x, cache, need_weights, average_attn_weights)
-        q, k, v = self._project(x, x, x)  # (B, H, L, D) each
+        where = "CausalSelfAttention.forward"
+        check.tensor(where, "x", x, letters="B, L, E", dtype=self.out_proj.weight.dtype,
+                     sizes=[(-1, self.embed_dim, "E")])
+        check.instance(where, "cache", cache, (KVCache, type(None)), "an attnbook.kv_cache.KVCache or None")
+        check.context_length(where, cache, x.shape[1], self.max_len)
+        check.weights_request(where, self.backend, need_weights, average_attn_weights)
+        q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, L, D)
+        k = split_heads(self.k_proj(x), self.num_heads)  # (B, H, L, D)
+        v = split_heads(self.v_proj(x), self.num_heads)  # (B, H, L, D)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H, S, D): the cached positions, then the L new ones
         return self._attend(q, k, v, is_causal=True, need_weights=need_weights,
                             average_attn_weights=average_attn_weights)
-
-    def _check_forward(self, x, cache, need_weights, average_attn_weights) -> None:
-        where = "CausalSelfAttention.forward"
-        self._check_input(where, "x", x, self.embed_dim, "E")
-        self._check_flags(where, need_weights, average_attn_weights)
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"{where}: `cache` must be an attnbook.kv_cache.KVCache or None; "
-                            f"got {type(cache).__name__}")
-        past = 0 if cache is None else len(cache)
-        if self.max_len is not None and past + x.shape[1] > self.max_len:
-            raise ValueError(f"{where}: {past} cached + {x.shape[1]} new = {past + x.shape[1]} positions "
-                             f"exceed `max_len`={self.max_len}")

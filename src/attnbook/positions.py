@@ -44,16 +44,12 @@ def sinusoidal_positions(
     Shapes:
         -> (L, E)
     """
-    for name, value in (("num_positions", num_positions), ("embed_dim", embed_dim), ("offset", offset)):
-        check.nonnegative_int("sinusoidal_positions", name, value)
-    dtype = check.floating_dtype("sinusoidal_positions", "dtype", dtype)
-    device = check.device("sinusoidal_positions", "device", device)
-    if embed_dim % 2:
-        raise ValueError(f"sinusoidal_positions: `embed_dim` must be even (sin/cos pairs); got {embed_dim}")
-    if not isinstance(base, (int, float)) or isinstance(base, bool):
-        raise TypeError(f"sinusoidal_positions: `base` must be a number > 1; got {check.described(base)}")
-    if base <= 1:
-        raise ValueError(f"sinusoidal_positions: `base` must be a number > 1; got {base!r}")
+    where = "sinusoidal_positions"
+    check.nonnegative_ints(where, num_positions=num_positions, embed_dim=embed_dim, offset=offset)
+    check.that(embed_dim % 2 == 0, where, f"`embed_dim` must be even (sin/cos pairs); got {embed_dim}")
+    check.number(where, "base", base, "a number > 1", lambda b: b > 1)
+    check.floating_dtype(where, "dtype", dtype)
+    check.device(where, "device", device)
     position = torch.arange(offset, offset + num_positions, dtype=torch.float64, device=device)[:, None]  # (L, 1)
     rates = torch.exp(
         -math.log(base) * torch.arange(0, embed_dim, 2, dtype=torch.float64, device=device) / embed_dim
@@ -76,8 +72,8 @@ class LearnedPositions(nn.Module):
 
     def __init__(self, max_len: int, embed_dim: int) -> None:
         super().__init__()
-        self.max_len = check.positive_int("LearnedPositions", "max_len", max_len)
-        check.positive_int("LearnedPositions", "embed_dim", embed_dim)
+        check.positive_ints("LearnedPositions", max_len=max_len, embed_dim=embed_dim)
+        self.max_len = max_len
         self.table = nn.Embedding(max_len, embed_dim)
         nn.init.normal_(self.table.weight, std=0.02)
 
@@ -88,8 +84,6 @@ class LearnedPositions(nn.Module):
             x (B, L, E), offset -> (B, L, E)
         """
         L = x.shape[-2]
-        if offset < 0 or offset + L > self.max_len:
-            raise ValueError(
-                f"LearnedPositions: positions {offset}..{offset + L - 1} do not fit in max_len={self.max_len}"
-            )
+        check.that(0 <= offset and offset + L <= self.max_len, "LearnedPositions",
+                   lambda: f"positions {offset}..{offset + L - 1} do not fit in max_len={self.max_len}")
         return x + self.table.weight[offset : offset + L]  # (B, L, E)

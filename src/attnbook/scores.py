@@ -26,24 +26,6 @@ from attnbook import _checks as check
 __all__ = ["DotScore", "ScaledDotScore", "BilinearScore", "AdditiveScore"]
 
 
-def _check(where: str, queries: Tensor, keys: Tensor, same_width: bool,
-           query_dim: int | None = None, key_dim: int | None = None) -> None:
-    """Raise a TypeError/ValueError naming the argument if queries/keys are not a valid pair."""
-    check.tensor(where, "queries", queries, letters="B, L, Dq", floating=True)
-    check.tensor(where, "keys", keys, letters="B, S, Dk", floating=True)
-    check.same_dtype(where, "`queries` and `keys`", queries, keys)
-    if queries.shape[0] != keys.shape[0]:
-        raise ValueError(f"{where}: `queries` and `keys` must have the same batch size B; got "
-                         f"queries {check.shape(queries)} and keys {check.shape(keys)}")
-    if same_width and queries.shape[-1] != keys.shape[-1]:
-        raise ValueError(f"{where}: `queries` and `keys` must have the same width D for a dot product; got "
-                         f"queries {check.shape(queries)} and keys {check.shape(keys)} (use BilinearScore or "
-                         f"AdditiveScore when the widths differ)")
-    for name, t, width, width_name in (("queries", queries, query_dim, "query_dim"), ("keys", keys, key_dim, "key_dim")):
-        if width is not None and t.shape[-1] != width:
-            raise ValueError(f"{where}: `{name}` must have width {width_name}={width}; got shape {check.shape(t)}")
-
-
 class DotScore(nn.Module):
     """The dot product of each query with each key: ``scores[b, i, j] = q_i · k_j``.
 
@@ -60,7 +42,7 @@ class DotScore(nn.Module):
         Shapes:
             queries (B, L, D), keys (B, S, D) -> scores (B, L, S)
         """
-        _check("DotScore", queries, keys, same_width=True)
+        check.score_inputs("DotScore", queries, keys, same_width=True)
         return queries @ keys.transpose(1, 2)  # (B, L, S)
 
 
@@ -80,7 +62,7 @@ class ScaledDotScore(nn.Module):
         Shapes:
             queries (B, L, D), keys (B, S, D) -> scores (B, L, S)
         """
-        _check("ScaledDotScore", queries, keys, same_width=True)
+        check.score_inputs("ScaledDotScore", queries, keys, same_width=True)
         return queries @ keys.transpose(1, 2) / math.sqrt(queries.shape[-1])  # (B, L, S)
 
 
@@ -101,12 +83,10 @@ class BilinearScore(nn.Module):
 
     def __init__(self, query_dim: int, key_dim: int) -> None:
         super().__init__()
-        self.query_dim = check.positive_int(
-            "BilinearScore", "query_dim", query_dim
+        check.positive_ints(
+            "BilinearScore", query_dim=query_dim, key_dim=key_dim
         )
-        self.key_dim = check.positive_int(
-            "BilinearScore", "key_dim", key_dim
-        )
+        self.query_dim, self.key_dim = query_dim, key_dim
         # (Dq, Dk)
         self.weight = nn.Parameter(torch.empty(query_dim, key_dim))
         self.reset_parameters()
@@ -129,8 +109,10 @@ class BilinearScore(nn.Module):
         Shapes:
             queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
         """
-        _check("BilinearScore", queries, keys, same_width=False,
-               query_dim=self.query_dim, key_dim=self.key_dim)
+        check.score_inputs(
+            "BilinearScore", queries, keys,
+            query_dim=self.query_dim, key_dim=self.key_dim,
+        )
         # each query mapped into key space
         projected = queries @ self.weight  # (B, L, Dk)
         return projected @ keys.transpose(1, 2)  # (B, L, S)
@@ -163,15 +145,18 @@ class AdditiveScore(nn.Module):
     def __init__(self, query_dim: int, key_dim: int,
                  hidden_dim: int) -> None:
         super().__init__()
-        where = "AdditiveScore"
-        positive = check.positive_int
-        self.query_dim = positive(where, "query_dim", query_dim)
-        self.key_dim = positive(where, "key_dim", key_dim)
-        self.hidden_dim = positive(where, "hidden_dim", hidden_dim)
-        Dq, Dk, Dh = query_dim, key_dim, hidden_dim
-        self.query_proj = nn.Linear(Dq, Dh, bias=False)  # W_q
-        # W_k and the bias b of W
-        self.key_proj = nn.Linear(Dk, Dh, bias=True)
+        check.positive_ints(
+            "AdditiveScore", query_dim=query_dim, key_dim=key_dim,
+            hidden_dim=hidden_dim,
+        )
+        self.query_dim, self.key_dim = query_dim, key_dim
+        self.hidden_dim = hidden_dim
+        self.query_proj = nn.Linear(
+            query_dim, hidden_dim, bias=False
+        )  # W_q
+        self.key_proj = nn.Linear(
+            key_dim, hidden_dim, bias=True
+        )  # W_k and the bias b of W
         self.v = nn.Linear(hidden_dim, 1, bias=False)  # w
 
     def extra_repr(self) -> str:
@@ -186,8 +171,10 @@ class AdditiveScore(nn.Module):
         Shapes:
             queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
         """
-        _check("AdditiveScore", queries, keys, same_width=False,
-               query_dim=self.query_dim, key_dim=self.key_dim)
+        check.score_inputs(
+            "AdditiveScore", queries, keys,
+            query_dim=self.query_dim, key_dim=self.key_dim,
+        )
         q = self.query_proj(queries).unsqueeze(2)  # (B, L, 1, Dh)
         k = self.key_proj(keys).unsqueeze(1)  # (B, 1, S, Dh)
         # (B, L, S, Dh), in place: one pair-sized tensor, not two
@@ -205,8 +192,10 @@ class AdditiveScore(nn.Module):
         Shapes:
             queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
         """
-        _check("AdditiveScore", queries, keys, same_width=False,
-               query_dim=self.query_dim, key_dim=self.key_dim)
+        check.score_inputs(
+            "AdditiveScore", queries, keys,
+            query_dim=self.query_dim, key_dim=self.key_dim,
+        )
         B, L, _ = queries.shape
         S = keys.shape[1]
         pairs = torch.cat(

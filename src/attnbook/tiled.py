@@ -9,11 +9,13 @@ Shapes:
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
 from attnbook import _checks as check
-from attnbook.functional import LOW_PRECISION
+from attnbook.functional import upcast
 from attnbook.masks import apply_mask, causal_mask, combine_masks, expand_key_mask
 
 __all__ = ["tiled_attention", "online_softmax_step", "TILE_SCORES"]
@@ -54,8 +56,9 @@ def tiled_attention(
     :func:`attnbook.functional.attention` (without the weights, and
     without dropout); each tile is masked by the same rule
     (:func:`attnbook.masks.combine_masks`), and a query with nothing
-    to attend to gets a zero output. fp16/bf16 inputs are computed
-    in fp32 and the output is cast back. Autograd works through the
+    to attend to gets a zero output. Dtypes follow the policy of
+    :func:`attnbook.functional.upcast` (fp16/bf16 in fp32, the
+    output cast back). Autograd works through the
     loop, but it keeps every tile for the backward pass: the memory
     saving is for inference.
 
@@ -74,18 +77,22 @@ def tiled_attention(
         q (..., L, D), k (..., S, D), v (..., S, Dv),
         mask (..., L, S), key_mask (B, S) -> output (..., L, Dv)
     """
-    scores_shape, scale = check.attention_call(
+    check.attention_call(
         "tiled_attention", q, k, v, mask, key_mask, is_causal, scale,
-        0.0)
+        dropout_p=0.0,
+    )
     check.positive_int("tiled_attention", "block_size", block_size)
-    dtype = q.dtype
-    if dtype in LOW_PRECISION:  # accumulate in fp32, as softmax does
-        q, k, v = q.float(), k.float(), v.float()
-        if mask is not None and mask.dtype != torch.bool:
-            mask = mask.float()
-    if key_mask is not None:  # (B, 1, ..., 1, S)
-        key_mask = expand_key_mask(key_mask, len(scores_shape))
-    *lead, L, S = scores_shape
+    dtype, L, S = q.dtype, q.shape[-2], k.shape[-2]
+    lead = torch.broadcast_shapes(
+        q.shape[:-2], k.shape[:-2], v.shape[:-2]
+    )
+    # functional.upcast: fp16/bf16 in fp32
+    q, k, v, mask = upcast(q), upcast(k), upcast(v), upcast(mask)
+    if scale is None:  # D = 0: every score is 0 anyway
+        scale = 1.0 / math.sqrt(q.shape[-1] or 1)
+    if key_mask is not None:
+        # (B, S) -> (B, 1, ..., 1, S)
+        key_mask = expand_key_mask(key_mask, len(lead) + 2)
 
     q = q * scale  # (..., L, D): cheaper than scaling every tile
     kt = k.transpose(-2, -1)  # (..., D, S)
@@ -108,19 +115,23 @@ def tiled_attention(
         for j0 in range(0, max(visible, 0), block_size):
             cols = slice(j0, min(j0 + block_size, S))
             scores = q[..., rows, :] @ kt[..., cols]  # (..., Lb, Sb)
-            # does some key lie in some row's future?
-            last_seen = rows.start + S - L  # first row's last key
-            in_future = is_causal and cols.stop - 1 > last_seen
-            causal = None
-            if in_future:
-                causal = causal_mask(L, S, q.device, rows=rows,
-                                     cols=cols)  # (Lb, Sb)
-            tile_mask = combine_masks(_block(mask, rows, cols),
-                                      _block(key_mask, rows, cols),
-                                      causal)
+            # a key past the first row's last?
+            in_future = (
+                is_causal and cols.stop - 1 > rows.start + S - L
+            )
+            causal = (
+                causal_mask(L, S, q.device, rows=rows, cols=cols)
+                if in_future else None
+            )  # (Lb, Sb)
+            tile_mask = combine_masks(
+                _tile(mask, rows, cols),
+                _tile(key_mask, rows, cols),
+                causal,
+            )
             scores = apply_mask(scores, tile_mask)  # -inf: blocked
-            m, l, acc, _ = online_softmax_step(m, l, acc, scores,
-                                               v[..., cols, :])
+            m, l, acc, _ = online_softmax_step(
+                m, l, acc, scores, v[..., cols, :]
+            )
         # Rows that attended to nothing have l = 0 and acc = 0: their
         # output stays 0.
         output[..., rows, :] = acc / torch.where(l > 0, l, 1.0)
@@ -155,14 +166,15 @@ def online_softmax_step(
     return m_new, l, acc, correction
 
 
-def _block(mask: Tensor | None, rows: slice, cols: slice) -> Tensor | None:
-    """The (rows, cols) block of a mask that broadcasts to (..., L, S); a size-1 dim is kept whole.
+def _tile(mask: Tensor | None, rows: slice, cols: slice) -> Tensor | None:
+    """The (rows, cols) tile of a mask that broadcasts to (..., L, S); a dim of size 1, or one the
+    mask does not have (a 0-d or (S,) mask), is kept whole.
 
     Shapes:
-        mask (..., L or 1, S or 1) or (S,) -> (..., Lb or 1, Sb or 1) or (Sb,)
+        mask (..., L or 1, S or 1), (S,) or () -> (..., Lb or 1, Sb or 1), (Sb,) or ()
     """
-    if mask is None:
-        return None
+    if mask is None or mask.dim() == 0:
+        return mask
     c = cols if mask.shape[-1] != 1 else slice(None)
     if mask.dim() == 1:
         return mask[c]  # (Sb,)

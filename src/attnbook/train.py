@@ -19,6 +19,7 @@ Shapes:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,7 +27,6 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from attnbook import _checks as check
 from attnbook.tasks.reversal import EOS, PAD, ReversalTask, pad_sequences
@@ -68,11 +68,14 @@ def train_steps(
         batch_loss() -> loss (); returns steps floats
     """
     check.positive_int("train_steps", "steps", steps)
-    check.positive_number("train_steps", "clip", clip)
+    check.number("train_steps", "clip", clip, "a positive finite number", lambda x: 0 < x < math.inf)
     model.train()
     losses = []
-    bar = tqdm(range(steps), desc=desc or "training", disable=not progress, mininterval=0.5)
-    for step in bar:
+    if progress:  # tqdm comes with the chapters' tooling; the library itself needs torch alone
+        from tqdm.auto import tqdm
+
+        bar = tqdm(range(steps), desc=desc or "training", mininterval=0.5)
+    for step in bar if progress else range(steps):
         loss = batch_loss()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -83,7 +86,8 @@ def train_steps(
         losses.append(loss.item())
         if progress and step % 50 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
-    bar.close()
+    if progress:
+        bar.close()
     model.eval()
     return losses
 
@@ -97,8 +101,8 @@ def sequence_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
     """
     check.tensor("sequence_loss", "logits", logits, letters="B, L, V", floating=True)
     check.tensor("sequence_loss", "tgt_out", tgt_out, letters="B, L")
-    check.size("sequence_loss", "tgt_out", tgt_out, 0, logits.shape[0], "the batch size B of `logits`")
-    check.size("sequence_loss", "tgt_out", tgt_out, 1, logits.shape[1], "the length L of `logits`")
+    check.that(logits.shape[:2] == tgt_out.shape, "sequence_loss", lambda: f"`logits` (B, L, V) and `tgt_out` "
+               f"(B, L) must agree on (B, L); got {tuple(logits.shape)} and {tuple(tgt_out.shape)}")
     return F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)  # (B·L, V) vs (B·L,)
 
 
@@ -138,13 +142,12 @@ def train(
     task = ReversalTask() if task is None else task
     check.instance("train", "model", model, nn.Module, "an nn.Module")
     check.instance("train", "task", task, ReversalTask, "a ReversalTask or None")
-    check.positive_int("train", "steps", steps)
-    check.positive_int("train", "batch_size", batch_size)
-    check.positive_number("train", "lr", lr)
-    check.positive_number("train", "clip", clip)
-    check.integer("train", "seed", seed)
-    torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
+    check.positive_ints("train", steps=steps, batch_size=batch_size)
+    check.number("train", "lr", lr, "a positive finite number", lambda x: 0 < x < math.inf)
+    check.number("train", "clip", clip, "a positive finite number", lambda x: 0 < x < math.inf)
+    check.instance("train", "seed", seed, int, "an int")
+    torch.manual_seed(seed)  # for anything random inside the model (dropout)
+    generator = torch.Generator().manual_seed(seed)  # the batches
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
 
     def batch_loss() -> Tensor:
@@ -163,10 +166,10 @@ def predict(
 ) -> tuple[list[list[int]], list[Tensor | None]]:
     """Greedy outputs for every source (token ids up to and including the first EOS; an output
     that never produced EOS runs to the decoding limit), and for attention models each output's
-    weights over its own source (T', n), T' the output length.
+    weights over its own source (L', n), L' the output length.
 
     Shapes:
-        sources: N sequences -> N token lists, N weight tensors (T', S_n) or None
+        sources: N sequences -> N token lists, N weight tensors (L', S_n) or None
     """
     check.positive_int("predict", "batch_size", batch_size)
     model.eval()
@@ -175,12 +178,12 @@ def predict(
     for start in range(0, len(sources), batch_size):
         chunk = sources[start : start + batch_size]
         src, src_lengths = pad_sequences(chunk)  # (B, S), (B,)
-        tokens, weights = model.greedy_decode(src, src_lengths)  # (B, T'), (B, T', S) or None
+        tokens, weights = model.greedy_decode(src, src_lengths)  # (B, L'), (B, L', S) or None
         for row, n in enumerate(src_lengths.tolist()):
             ids = tokens[row].tolist()
             steps = ids.index(EOS) + 1 if EOS in ids else len(ids)
             outputs.append(ids[:steps])
-            weights_out.append(None if weights is None else weights[row, :steps, :n])  # (T', n)
+            weights_out.append(None if weights is None else weights[row, :steps, :n])  # (L', n)
     return outputs, weights_out
 
 
@@ -268,7 +271,8 @@ def evaluate(
     Shapes:
         N sources, N targets -> per-length lists (one entry per distinct source length)
     """
-    check.paired("evaluate", "sources", sources, "targets", targets)
+    check.that(len(sources) == len(targets) > 0, "evaluate", lambda: f"`sources` and `targets` must be "
+               f"non-empty and equally long; got {len(sources)} and {len(targets)}")
     predictions, _ = predict(model, sources, batch_size)
     per_length: dict[int, list[int]] = {}  # length -> [exact hits, correct tokens, tokens, count]
     for source, target, output in zip(sources, targets, predictions):
@@ -299,7 +303,8 @@ def accuracy_by_position(
     Shapes:
         N targets, N outputs -> (longest target,)
     """
-    check.paired("accuracy_by_position", "targets", targets, "outputs", outputs)
+    check.that(len(targets) == len(outputs) > 0, "accuracy_by_position", lambda: f"`targets` and `outputs` "
+               f"must be non-empty and equally long; got {len(targets)} and {len(outputs)}")
     longest = max(len(t) for t in targets)
     hits, totals = [0] * longest, [0] * longest
     for target, output in zip(targets, outputs):

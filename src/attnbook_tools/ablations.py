@@ -14,6 +14,10 @@ same batches, initial seed, optimiser and number of steps, differing only in the
 * ``depth``: an eight-layer model on a small table: the full (pre-norm) block against the block
   without the residual path, without normalisation, and with post-norm.
 
+The variants are :class:`AblationBlock`: the library's :class:`~attnbook.block.TransformerBlock`,
+with the same parts and the same state-dict keys, whose forward can leave a part out. The library's
+block itself has no such switches: taking a block apart is this experiment's business.
+
 Run them from the repository root (one thread, so that the numbers are the same on every machine)::
 
     python -m attnbook_tools.ablations --seeds 0 1 2
@@ -39,13 +43,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnbook import _checks as check
 from attnbook.block import TransformerBlock
+from attnbook.kv_cache import KVCache
 from attnbook_tools.datafiles import DATA_DIR, load_checkpoint_file, load_json_file, record
 from attnbook_tools.dates_model import round_to_float16, save_model
 from attnbook.models.transformer import TinyTransformer
 from attnbook.train import train_steps
 
 __all__ = [
+    "AblationBlock",
     "VARIANTS",
     "EXPERIMENTS",
     "RESULTS_FILE",
@@ -65,7 +72,67 @@ __all__ = [
     "main",
 ]
 
-# variant -> the TransformerBlock options it changes
+NORM_POSITIONS = ("pre", "post", None)
+
+
+class AblationBlock(TransformerBlock):
+    """The library's causal :class:`~attnbook.block.TransformerBlock` with a part left out.
+
+    Args:
+        embed_dim, num_heads: as for the block; the other keyword options (``mlp_ratio``,
+            ``dropout``, ``backend``, ``max_len``) too.
+        residual: keep the residual path ``x + ...`` around each sub-layer.
+        norm: "pre" (LayerNorm before each sub-layer), "post" (after the residual sum: the library's
+            ``norm_first=False``) or None (no LayerNorm: ``norm1`` and ``norm2`` are identities).
+        mlp: keep the MLP sub-layer (without it, ``mlp`` and ``norm2`` are None).
+
+    With the defaults it computes exactly what the library's block computes. The parts keep the
+    block's names (``norm1``, ``attn``, ``norm2``, ``mlp``, ``dropout``), so the state dict has the
+    block's keys, minus those of the parts left out.
+
+    Shapes:
+        forward: x (B, L, E) -> (B, L, E), weights (B, H, L, S) or None
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, *, residual: bool = True, norm: str | None = "pre",
+                 mlp: bool = True, **options) -> None:
+        check.one_of("AblationBlock", "norm", norm, NORM_POSITIONS)
+        check.flags("AblationBlock", residual=residual, mlp=mlp)
+        super().__init__(embed_dim, num_heads, norm_first=norm != "post", **options)
+        self.residual, self.norm = residual, norm
+        if norm is None:
+            self.norm1 = self.norm2 = nn.Identity()
+        if not mlp:
+            self.norm2 = self.mlp = None
+
+    def extra_repr(self) -> str:
+        return f"residual={self.residual}, norm={self.norm!r}, mlp={self.mlp is not None}"
+
+    def forward(self, x: Tensor, *, key_mask: Tensor | None = None, cache: KVCache | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Self-attention, then the MLP (if kept), each wrapped as ``norm`` and ``residual`` say.
+
+        Shapes:
+            x (B, L, E) -> (B, L, E), weights (B, H, L, S) or None
+        """
+        h, weights = self._self_attention(self._enter(self.norm1, x), key_mask, cache, need_weights)  # (B, L, E)
+        x = self._leave(self.norm1, x, h)  # (B, L, E)
+        if self.mlp is not None:
+            x = self._leave(self.norm2, x, self.mlp(self._enter(self.norm2, x)))  # (B, L, E)
+        return x, weights
+
+    def _enter(self, norm: nn.Module, x: Tensor) -> Tensor:
+        """What a sub-layer reads: LayerNorm(x) in a pre-norm block, x itself otherwise. (B, L, E)."""
+        return norm(x) if self.norm == "pre" else x
+
+    def _leave(self, norm: nn.Module, x: Tensor, out: Tensor) -> Tensor:
+        """What a sub-layer passes on: dropout on its output, the residual sum, post-norm. (B, L, E)."""
+        out = self.dropout(out)
+        x = x + out if self.residual else out
+        return norm(x) if self.norm == "post" else x
+
+
+# variant -> the AblationBlock options it changes
 VARIANTS = {
     "full": {},
     "no_mlp": {"mlp": False},
@@ -133,7 +200,7 @@ def lookup_loss(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
 def ablation_model(variant: str, *, num_layers: int, vocab_size: int, embed_dim: int, num_heads: int,
                    seq_len: int) -> TinyTransformer:
     """Chapter 8's :class:`~attnbook.models.transformer.TinyTransformer` with its blocks replaced by
-    :class:`~attnbook.block.TransformerBlock` in the given ``variant`` (a key of :data:`VARIANTS`).
+    :class:`AblationBlock` in the given ``variant`` (a key of :data:`VARIANTS`).
     Without normalisation the final LayerNorm goes too.
 
     Shapes:
@@ -144,7 +211,7 @@ def ablation_model(variant: str, *, num_layers: int, vocab_size: int, embed_dim:
     options = VARIANTS[variant]
     model = TinyTransformer(vocab_size, seq_len, embed_dim, num_heads, num_layers)
     model.blocks = nn.ModuleList(
-        TransformerBlock(embed_dim, num_heads, max_len=seq_len, **options) for _ in range(num_layers)
+        AblationBlock(embed_dim, num_heads, max_len=seq_len, **options) for _ in range(num_layers)
     )
     if options.get("norm", "pre") is None:
         model.norm = nn.Identity()

@@ -24,12 +24,12 @@ import time
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnbook import _checks as check
 from attnbook.models.encoder_decoder import EncoderDecoder
 from attnbook.tasks import dates
-from attnbook.train import train_steps
+from attnbook.train import sequence_loss, train_steps
 from attnbook_tools.datafiles import DATA_DIR, load_checkpoint_file, load_json_file, record
 
 __all__ = ["DATES_CONFIG", "DATES_CHECKPOINT", "DATES_RESULTS", "train_dates", "evaluate_dates", "save_model",
@@ -42,11 +42,6 @@ DATES_CONFIG = {
 }
 DATES_CHECKPOINT = "dates_model.pt"
 DATES_RESULTS = "dates_results.json"
-
-
-def _sequence_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
-    """Mean cross-entropy over every target position. logits (B, L, V), tgt_out (B, L) -> ()."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1))
 
 
 def train_dates(
@@ -62,14 +57,13 @@ def train_dates(
     """Train ``model`` with AdamW (learning rate warmed up over ``warmup`` steps, then cosine decay
     to zero) and teacher forcing; return the loss of every step. Each batch holds fresh training
     dates of :mod:`attnbook.tasks.dates`, or, with ``pool``, examples drawn (with replacement) from that
-    fixed training set. The batches are drawn from ``seed``.
+    fixed training set. The batches are drawn from ``seed``. The loss is
+    :func:`attnbook.train.sequence_loss` (a dates target holds no padding, so every position counts).
 
     Shapes:
         batches src (batch_size, S), tgt_in and tgt_out (batch_size, 11)
     """
-    for name, value in (("steps", steps), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"train_dates: `{name}` must be a positive int; got {value!r}")
+    check.positive_ints("train_dates", steps=steps, batch_size=batch_size)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -82,7 +76,7 @@ def train_dates(
             batch = dates.train_batch(batch_size, generator)
         else:
             batch = dates.make_batch([pool[i] for i in torch.randint(len(pool), (batch_size,), generator=generator)])
-        return _sequence_loss(model(batch.src, batch.src_key_mask, batch.tgt_in), batch.tgt_out)
+        return sequence_loss(model(batch.src, batch.key_mask, batch.tgt_in), batch.tgt_out)
 
     return train_steps(model, optimizer, steps, batch_loss, schedule)
 
@@ -95,7 +89,7 @@ def evaluate_dates(model: EncoderDecoder, examples: Sequence[dates.DateExample])
         B examples -> B strings
     """
     batch = dates.make_batch(examples)
-    tokens = model.generate(batch.src, batch.src_key_mask, dates.ISO_LENGTH + 1)  # (B, <= 11)
+    tokens = model.generate(batch.src, batch.key_mask, dates.ISO_LENGTH + 1)  # (B, <= 11)
     return [dates.decode(row) for row in tokens]
 
 
@@ -131,7 +125,7 @@ def load_model(path: str | pathlib.Path = DATA_DIR / DATES_CHECKPOINT, expected:
     (:func:`attnbook_tools.datafiles.load_checkpoint_file`); returns (model in eval mode, config).
 
     Shapes:
-        the model maps src (B, S), src_key_mask (B, S), tgt_in (B, L) -> logits (B, L, V)
+        the model maps src (B, S), key_mask (B, S), tgt_in (B, L) -> logits (B, L, V)
     """
     saved = load_checkpoint_file(path, {**DATES_CONFIG, **(expected or {})})
     config = saved["config"]
@@ -169,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.dropout_study:
-        from attnbook_tools.dropout_study import run_dropout_study# the study builds on this module
+        from attnbook_tools.dropout_study import run_dropout_study  # the study builds on this module
 
         run_dropout_study(args.seeds, out=args.out)
         return

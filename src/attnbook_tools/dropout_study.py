@@ -5,7 +5,7 @@ Dropout earns its place when the training set is small: the same few hundred tra
 again and again. Run it from the repository root (the study's files go into ``data/`` and its
 manifest, :mod:`attnbook_tools.datafiles`)::
 
-    python -m attnbook.models.encoder_decoder --dropout-study --out data
+    python -m attnbook_tools.dates_model --dropout-study --out data
 
 It writes ``dates_dropout.json`` (exact match on the training set and on the test set, per
 dropout probability and seed) and ``dates_dropout_p<p>_seed0.pt``.

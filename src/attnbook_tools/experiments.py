@@ -137,7 +137,7 @@ def load_checkpoint(path: str | pathlib.Path, *, score: str | None = None,
         DataFileError: any check fails (the message names the file).
 
     Shapes:
-        the model maps src (B, S), src_lengths (B,) -> tokens (B, T'), as :func:`attnbook.models.seq2seq.build_model`
+        the model maps src (B, S), src_lengths (B,) -> tokens (B, L'), as :func:`attnbook.models.builder.build_model`
     """
     path = pathlib.Path(path)
     if not path.is_file():

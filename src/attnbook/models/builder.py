@@ -16,9 +16,9 @@ from typing import Callable
 from torch import nn
 
 from attnbook import _checks as check
-from attnbook.tasks.reversal import VOCAB_SIZE
-from attnbook.scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
 from attnbook.models.seq2seq import AttentionDecoder, BottleneckDecoder, Encoder, Seq2Seq
+from attnbook.scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
+from attnbook.tasks.reversal import VOCAB_SIZE
 
 __all__ = ["SCORE_NAMES", "make_score", "build_model"]
 
@@ -40,8 +40,7 @@ def make_score(name: str, query_dim: int = 64, key_dim: int = 64) -> nn.Module:
     Shapes:
         the score maps queries (B, L, query_dim), keys (B, S, key_dim) -> scores (B, L, S)
     """
-    if name not in _SCORE_MAKERS:
-        raise ValueError(f"make_score: `name` must be one of {tuple(_SCORE_MAKERS)}; got {name!r}")
+    check.one_of("make_score", "name", name, tuple(_SCORE_MAKERS))
     return _SCORE_MAKERS[name](query_dim, key_dim)
 
 
@@ -55,20 +54,14 @@ def build_model(score: str | nn.Module | None = None, hidden_dim: int = 64,
     Shapes:
         the model maps src (B, S), src_lengths (B,), tgt_in (B, L) -> logits (B, L, vocab_size)
     """
-    for name, value in (("hidden_dim", hidden_dim), ("vocab_size", vocab_size)):
-        check.positive_int("build_model", name, value)
+    check.instance("build_model", "score", score, (str, nn.Module, type(None)), "None, a name or a score module")
+    if isinstance(score, str):
+        check.one_of("build_model", "score", score, SCORE_NAMES)
+    check.positive_ints("build_model", hidden_dim=hidden_dim, vocab_size=vocab_size)
     embed_dim = hidden_dim if embed_dim is None else embed_dim
     encoder = Encoder(vocab_size, embed_dim, hidden_dim)
     if score is None or score == "none":
-        decoder: nn.Module = BottleneckDecoder(vocab_size, embed_dim, hidden_dim)
-    else:
-        if isinstance(score, str):
-            if score not in SCORE_NAMES:
-                raise ValueError(f"build_model: `score` must be None, a score module or one of "
-                                 f"{SCORE_NAMES}; got {score!r}")
-            score = make_score(score, hidden_dim, hidden_dim)
-        elif not isinstance(score, nn.Module):
-            raise TypeError(f"build_model: `score` must be None, a name or a score module; got "
-                            f"{type(score).__name__}")
-        decoder = AttentionDecoder(score, vocab_size, embed_dim, hidden_dim, hidden_dim)
-    return Seq2Seq(encoder, decoder)
+        return Seq2Seq(encoder, BottleneckDecoder(vocab_size, embed_dim, hidden_dim))
+    if isinstance(score, str):
+        score = make_score(score, hidden_dim, hidden_dim)
+    return Seq2Seq(encoder, AttentionDecoder(score, vocab_size, embed_dim, hidden_dim, hidden_dim))

@@ -11,22 +11,21 @@ It is trained on the dates task (:mod:`attnbook.tasks.dates`) by
 
 Shapes:
     B batch, S source length, L target length, E width, H heads, V vocabulary size.
-    EncoderDecoder: src (B, S), src_key_mask (B, S), tgt_in (B, L) -> logits (B, L, V)
+    EncoderDecoder: src (B, S), key_mask (B, S) (True on real source tokens), tgt_in (B, L)
+    -> logits (B, L, V)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook import _checks as check
-from attnbook.tasks import dates
 from attnbook.block import DecoderBlock, TransformerBlock
 from attnbook.positions import sinusoidal_positions
+from attnbook.tasks import dates
 
 __all__ = ["Attentions", "EncoderDecoder"]
 
@@ -34,17 +33,14 @@ __all__ = ["Attentions", "EncoderDecoder"]
 class Attentions(NamedTuple):
     """Every attention's weights, one (B, H, queries, keys) tensor per layer.
 
-    encoder: (B, H, S, S) per encoder layer; decoder_self: (B, H, L, L) and cross: (B, H, L, S)
-    per decoder layer.
+    Shapes:
+        encoder: layers x (B, H, S, S); decoder_self: layers x (B, H, L, L);
+        cross: layers x (B, H, L, S)
     """
 
     encoder: list[Tensor]
     decoder_self: list[Tensor]
     cross: list[Tensor]
-
-
-def _shape(t: object) -> object:
-    return tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
 
 
 class EncoderDecoder(nn.Module):
@@ -61,7 +57,7 @@ class EncoderDecoder(nn.Module):
         backend: "math" (can return weights) or "sdpa".
 
     Shapes:
-        forward: src (B, S), src_key_mask (B, S), tgt_in (B, L) -> logits (B, L, V)
+        forward: src (B, S), key_mask (B, S), tgt_in (B, L) -> logits (B, L, V)
     """
 
     def __init__(
@@ -78,11 +74,10 @@ class EncoderDecoder(nn.Module):
         backend: str = "math",
     ) -> None:
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("max_len", max_len), ("embed_dim", embed_dim),
-                            ("num_encoder_layers", num_encoder_layers), ("num_decoder_layers", num_decoder_layers)):
-            check.positive_int("EncoderDecoder", name, value)
-        if embed_dim % 2:
-            raise ValueError(f"EncoderDecoder: `embed_dim` must be even (sinusoidal positions); got {embed_dim}")
+        check.positive_ints("EncoderDecoder", vocab_size=vocab_size, max_len=max_len, embed_dim=embed_dim,
+                            num_encoder_layers=num_encoder_layers, num_decoder_layers=num_decoder_layers)
+        check.that(embed_dim % 2 == 0, "EncoderDecoder",
+                   lambda: f"`embed_dim` must be even (sinusoidal positions); got {embed_dim}")
         self.vocab_size, self.max_len, self.embed_dim, self.num_heads = vocab_size, max_len, embed_dim, num_heads
         E = embed_dim
         options = {"mlp_ratio": mlp_ratio, "dropout": dropout, "backend": backend}
@@ -99,70 +94,56 @@ class EncoderDecoder(nn.Module):
         self.decoder_norm = nn.LayerNorm(E)
         self.head = nn.Linear(E, vocab_size)
 
-    # ------------------------------------------------------------------ checks
-    def _check_tokens(self, where: str, name: str, tokens: object) -> Tensor:
-        check.token_ids(where, name, tokens, self.vocab_size)
-        if not 1 <= tokens.shape[1] <= self.max_len:
-            raise ValueError(f"{where}: `{name}` has length {tokens.shape[1]}; expected 1..max_len={self.max_len}")
-        return tokens
-
-    def _check_source(self, where: str, src: object, src_key_mask: object) -> None:
-        src = self._check_tokens(where, "src", src)
-        if src_key_mask is None:
-            return
-        if not isinstance(src_key_mask, Tensor) or src_key_mask.dtype != torch.bool:
-            got = src_key_mask.dtype if isinstance(src_key_mask, Tensor) else type(src_key_mask).__name__
-            raise TypeError(f"{where}: `src_key_mask` must be a bool tensor (True = real token); got {got}")
-        if src_key_mask.shape != src.shape:
-            raise ValueError(
-                f"{where}: `src_key_mask` must have the shape of `src` (B, S) = {_shape(src)}; got {_shape(src_key_mask)}"
-            )
-        if src.shape[0] and not bool(src_key_mask.any(dim=1).all()):
-            row = int((~src_key_mask.any(dim=1)).nonzero()[0])
-            raise ValueError(f"{where}: `src_key_mask` row {row} is all False: every source needs a real token")
-
-    # ------------------------------------------------------------------ the two stacks
     def _embed(self, embedding: nn.Embedding, tokens: Tensor) -> Tensor:
+        """Token embeddings plus sinusoidal positions. (B, L) -> (B, L, E)."""
         return embedding(tokens) + self.positions[: tokens.shape[1]]  # (B, L, E)
 
     def encode(
-        self, src: Tensor, src_key_mask: Tensor | None = None, *, need_weights: bool = False
+        self, src: Tensor, key_mask: Tensor | None = None, *, need_weights: bool = False
     ) -> tuple[Tensor, list[Tensor]]:
         """Run the encoder: every source position attends to every real source position.
 
         Shapes:
-            src (B, S), src_key_mask (B, S) -> memory (B, S, E), weights: layers x (B, H, S, S)
+            src (B, S), key_mask (B, S) -> memory (B, S, E), weights: layers x (B, H, S, S)
         """
-        self._check_source("EncoderDecoder.encode", src, src_key_mask)
+        where = "EncoderDecoder.encode"
+        check.token_ids(where, "src", src, self.vocab_size)
+        check.that(1 <= src.shape[1] <= self.max_len, where,
+                   lambda: f"`src` has length {src.shape[1]}; expected 1..max_len={self.max_len}")
+        check.key_mask(where, key_mask, (*src.shape, src.shape[1]))
+        check.that(key_mask is None or bool(key_mask.any(dim=-1).all()), where,
+                   "`key_mask` has a row that is all False: every source needs a real token")
         x = self._embed(self.src_embedding, src)  # (B, S, E)
         weights = []
         for block in self.encoder:
-            x, w = block(x, key_mask=src_key_mask, need_weights=need_weights)  # (B, S, E), (B, H, S, S)
+            x, w = block(x, key_mask=key_mask, need_weights=need_weights)  # (B, S, E), (B, H, S, S)
             weights.append(w)
         return self.encoder_norm(x), weights  # (B, S, E)
 
     def decode(
-        self, tgt_in: Tensor, memory: Tensor, src_key_mask: Tensor | None = None, *, need_weights: bool = False
+        self, tgt_in: Tensor, memory: Tensor, key_mask: Tensor | None = None, *, need_weights: bool = False
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """Run the decoder over ``tgt_in`` (causal), reading the encoder's ``memory`` through
-        cross-attention; return next-token logits at every target position.
+        cross-attention, whose ``key_mask`` marks the source's padding; return next-token logits
+        at every target position.
 
         Shapes:
-            tgt_in (B, L), memory (B, S, E), src_key_mask (B, S)
+            tgt_in (B, L), memory (B, S, E), key_mask (B, S)
             -> logits (B, L, V), self weights: layers x (B, H, L, L), cross weights: layers x (B, H, L, S)
         """
         where = "EncoderDecoder.decode"
-        tgt_in = self._check_tokens(where, "tgt_in", tgt_in)
-        if not isinstance(memory, Tensor) or memory.dim() != 3 or memory.shape[-1] != self.embed_dim:
-            raise ValueError(f"{where}: `memory` must be the encoder's output (B, S, E={self.embed_dim}); got {_shape(memory)}")
-        if memory.shape[0] != tgt_in.shape[0]:
-            raise ValueError(
-                f"{where}: `tgt_in` and `memory` must have the same batch size B; got {_shape(tgt_in)} and {_shape(memory)}"
-            )
+        check.token_ids(where, "tgt_in", tgt_in, self.vocab_size)
+        check.that(1 <= tgt_in.shape[1] <= self.max_len, where,
+                   lambda: f"`tgt_in` has length {tgt_in.shape[1]}; expected 1..max_len={self.max_len}")
+        check.tensor(where, "memory", memory, letters="B, S, E", floating=True)
+        check.that(memory.shape[-1] == self.embed_dim, where, lambda: f"`memory` must be the encoder's output "
+                   f"(B, S, E={self.embed_dim}); got {tuple(memory.shape)}")
+        check.that(len(memory) == len(tgt_in), where, lambda: f"`tgt_in` and `memory` must have the same batch "
+                   f"size B; got {tuple(tgt_in.shape)} and {tuple(memory.shape)}")
         x = self._embed(self.tgt_embedding, tgt_in)  # (B, L, E)
         self_weights, cross_weights = [], []
         for block in self.decoder:
-            x, ws, wc = block(x, memory, memory_key_mask=src_key_mask, need_weights=need_weights)  # (B, L, E)
+            x, ws, wc = block(x, memory, key_mask=key_mask, need_weights=need_weights)  # (B, L, E)
             self_weights.append(ws)
             cross_weights.append(wc)
         logits = self.head(self.decoder_norm(x))  # (B, L, V)
@@ -171,7 +152,7 @@ class EncoderDecoder(nn.Module):
     def forward(
         self,
         src: Tensor,
-        src_key_mask: Tensor | None,
+        key_mask: Tensor | None,
         tgt_in: Tensor,
         *,
         need_weights: bool = False,
@@ -180,28 +161,18 @@ class EncoderDecoder(nn.Module):
         given the source and the target so far.
 
         Shapes:
-            src (B, S), src_key_mask (B, S), tgt_in (B, L)
+            src (B, S), key_mask (B, S), tgt_in (B, L)
             -> logits (B, L, V)
             [, Attentions: encoder layers x (B, H, S, S),
             decoder_self layers x (B, H, L, L),
             cross layers x (B, H, L, S)]
         """
         where = "EncoderDecoder.forward"
-        if not isinstance(need_weights, bool):
-            raise TypeError(f"{where}: `need_weights` must be a "
-                            f"bool; got {need_weights!r}")
-        if (isinstance(src, Tensor) and isinstance(tgt_in, Tensor)
-                and src.dim() == 2 and tgt_in.dim() == 2
-                and src.shape[0] != tgt_in.shape[0]):
-            raise ValueError(
-                f"{where}: `src` and `tgt_in` must have the same "
-                f"batch size B; got {_shape(src)} and "
-                f"{_shape(tgt_in)}"
-            )
+        check.flag(where, "need_weights", need_weights)
         memory, encoder_weights = self.encode(  # (B, S, E)
-            src, src_key_mask, need_weights=need_weights)
+            src, key_mask, need_weights=need_weights)
         logits, self_weights, cross_weights = self.decode(
-            tgt_in, memory, src_key_mask, need_weights=need_weights)
+            tgt_in, memory, key_mask, need_weights=need_weights)
         if need_weights:
             return logits, Attentions(
                 encoder_weights, self_weights, cross_weights)
@@ -211,7 +182,7 @@ class EncoderDecoder(nn.Module):
     def generate(
         self,
         src: Tensor,
-        src_key_mask: Tensor | None,
+        key_mask: Tensor | None,
         max_new_tokens: int,
         *,
         sos_id: int = dates.SOS,
@@ -224,20 +195,20 @@ class EncoderDecoder(nn.Module):
         Runs in eval mode and restores the mode afterwards.
 
         Shapes:
-            src (B, S), src_key_mask (B, S) -> tokens (B, N) without the start token, N <= max_new_tokens
+            src (B, S), key_mask (B, S) -> tokens (B, N) without the start token, N <= max_new_tokens
         """
-        where = "EncoderDecoder.generate"
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens < self.max_len:
-            raise ValueError(f"{where}: `max_new_tokens` must be an int in 1..{self.max_len - 1}; got {max_new_tokens!r}")
+        check.positive_int("EncoderDecoder.generate", "max_new_tokens", max_new_tokens)
+        check.that(max_new_tokens < self.max_len, "EncoderDecoder.generate",
+                   lambda: f"`max_new_tokens` must be an int in 1..{self.max_len - 1}; got {max_new_tokens}")
         was_training = self.training
         self.eval()
         try:
-            memory, _ = self.encode(src, src_key_mask)  # (B, S, E)
+            memory, _ = self.encode(src, key_mask)  # (B, S, E)
             B = src.shape[0]
             tokens = torch.full((B, 1), sos_id, dtype=torch.long, device=src.device)  # (B, 1)
             done = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
             for _ in range(max_new_tokens):
-                logits, _, _ = self.decode(tokens, memory, src_key_mask)  # (B, t, V)
+                logits, _, _ = self.decode(tokens, memory, key_mask)  # (B, t, V)
                 next_token = logits[:, -1].argmax(dim=-1)  # (B,)
                 next_token = next_token.masked_fill(done, pad_id)  # (B,)
                 tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (B, t + 1)
@@ -247,6 +218,3 @@ class EncoderDecoder(nn.Module):
         finally:
             self.train(was_training)
         return tokens[:, 1:]  # (B, N)
-
-
-# ----------------------------------------------------------------------------- dates

@@ -23,8 +23,8 @@ from torch import Tensor, nn
 
 from attnbook import _checks as check
 from attnbook.attention import Attention
-from attnbook.tasks.reversal import EOS, PAD, SOS, VOCAB_SIZE
 from attnbook.masks import padding_mask
+from attnbook.tasks.reversal import EOS, PAD, SOS, VOCAB_SIZE
 
 __all__ = [
     "attention_step",
@@ -35,15 +35,11 @@ __all__ = [
 ]
 
 
-def _shape(t) -> tuple[int, ...] | str:
-    return tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-
-
 def attention_step(
     decoder_state: Tensor,
     encoder_states: Tensor,
     score: nn.Module,
-    source_mask: Tensor | None = None,
+    key_mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """One attention step of a seq2seq decoder.
 
@@ -58,7 +54,7 @@ def attention_step(
         encoder_states: every encoder state ``h_j``.
         score: a score module from :mod:`attnbook.scores` (or an
             :class:`attnbook.attention.Attention` wrapping one).
-        source_mask: bool, True on real source tokens and False on
+        key_mask: bool, True on real source tokens and False on
             padding (:func:`attnbook.masks.padding_mask`); None when
             nothing is padded.
 
@@ -67,10 +63,9 @@ def attention_step(
 
     Shapes:
         decoder_state (B, Dq), encoder_states (B, S, Dk),
-        source_mask (B, S)
-        -> context (B, Dk), weights (B, S)
+        key_mask (B, S) -> context (B, Dk), weights (B, S)
     """
-    _check_step(decoder_state, encoder_states, score, source_mask)
+    _check_step(decoder_state, encoder_states, score, key_mask)
     if isinstance(score, Attention):
         attend = score
     else:
@@ -79,45 +74,9 @@ def attention_step(
     queries = decoder_state.unsqueeze(1)  # (B, 1, Dq)
     # (B, 1, Dk), (B, 1, S)
     context, weights = attend(
-        queries, encoder_states, encoder_states, key_mask=source_mask
+        queries, encoder_states, encoder_states, key_mask=key_mask
     )
     return context.squeeze(1), weights.squeeze(1)  # (B, Dk), (B, S)
-
-
-def _check_step(decoder_state, encoder_states, score, source_mask) -> None:
-    where = "attention_step"
-    check.tensor(where, "decoder_state", decoder_state, letters="B, Dq", floating=True)
-    check.tensor(where, "encoder_states", encoder_states, letters="B, S, Dk", floating=True)
-    B, S = encoder_states.shape[:2]
-    if decoder_state.shape[0] != B:
-        raise ValueError(f"{where}: `decoder_state` {_shape(decoder_state)} and `encoder_states` "
-                         f"{_shape(encoder_states)} must have the same batch size B")
-    if not isinstance(score, nn.Module):
-        raise TypeError(f"{where}: `score` must be a score module such as attnbook.scores.DotScore(); "
-                        f"got {type(score).__name__}")
-    if source_mask is not None:
-        if not isinstance(source_mask, Tensor) or source_mask.dtype != torch.bool:
-            raise TypeError(f"{where}: `source_mask` must be a bool tensor (True = real token); "
-                            f"got {check.described(source_mask)}")
-        if tuple(source_mask.shape) != (B, S):
-            raise ValueError(f"{where}: `source_mask` must have shape (B, S) = {(B, S)}; got {_shape(source_mask)}")
-
-
-def _check_source(where: str, src: Tensor, src_lengths: Tensor, vocab_size: int) -> None:
-    check.token_ids(where, "src", src, vocab_size)
-    check.tensor(where, "src_lengths", src_lengths, letters="B")
-    if src_lengths.dtype != torch.long:
-        raise TypeError(f"{where}: `src_lengths` must be a long tensor (B,); got dtype {src_lengths.dtype}")
-    B, S = src.shape
-    if src_lengths.shape[0] != B:
-        raise ValueError(
-            f"{where}: `src_lengths` must have one length per sequence, shape (B,) = ({B},); "
-            f"got {_shape(src_lengths)}"
-        )
-    if B and (int(src_lengths.min()) < 1 or int(src_lengths.max()) > S):
-        raise ValueError(
-            f"{where}: `src_lengths` must lie in 1..S = 1..{S}; got {src_lengths.tolist()}"
-        )
 
 
 def token_gru(
@@ -173,12 +132,12 @@ class Encoder(nn.Module):
         """
         vocab_size = self.embedding.num_embeddings
         _check_source("Encoder", src, src_lengths, vocab_size)
+        B, S = src.shape
         states, _ = self.rnn(self.embedding(src))  # (B, S, Dk)
-        S = src.shape[1]
         real = padding_mask(src_lengths, max_len=S)  # (B, S)
         # zero on padding
         states = states * real.unsqueeze(-1)  # (B, S, Dk)
-        rows = torch.arange(src.shape[0], device=src.device)  # (B,)
+        rows = torch.arange(B, device=src.device)  # (B,)
         final = states[rows, src_lengths - 1]  # (B, Dk)
         return states, final
 
@@ -187,9 +146,9 @@ class BottleneckDecoder(nn.Module):
     """A GRU decoder that starts from the encoder's final state and
     never sees the encoder again.
 
-    ``step`` and ``forward`` take the encoder states and the source
-    mask only to share one interface with :class:`AttentionDecoder`;
-    they ignore them.
+    ``step`` and ``forward`` take the encoder states and the key mask
+    only to share one interface with :class:`AttentionDecoder`; they
+    ignore them.
 
     Shapes:
         step: token (B,), state (B, Dq)
@@ -217,7 +176,7 @@ class BottleneckDecoder(nn.Module):
         token: Tensor,
         state: Tensor,
         encoder_states: Tensor | None = None,
-        source_mask: Tensor | None = None,
+        key_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, None]:
         """One decoding step from the previous token.
 
@@ -236,7 +195,7 @@ class BottleneckDecoder(nn.Module):
         tgt_in: Tensor,
         initial_state: Tensor,
         encoder_states: Tensor | None = None,
-        source_mask: Tensor | None = None,
+        key_mask: Tensor | None = None,
     ) -> tuple[Tensor, None]:
         """Teacher forcing over a whole target.
 
@@ -270,7 +229,7 @@ class AttentionDecoder(nn.Module):
             and key width ``encoder_dim``.
 
     Shapes:
-        step: token (B,), state (B, Dq), encoder_states (B, S, Dk), source_mask (B, S)
+        step: token (B,), state (B, Dq), encoder_states (B, S, Dk), key_mask (B, S)
               -> logits (B, vocab_size), state (B, Dq), weights (B, S)
         forward: tgt_in (B, L), ... -> logits (B, L, vocab_size), weights (B, L, S)
     """
@@ -280,11 +239,8 @@ class AttentionDecoder(nn.Module):
     def __init__(self, score: nn.Module, vocab_size: int = VOCAB_SIZE, embed_dim: int = 64,
                  hidden_dim: int = 64, encoder_dim: int | None = None) -> None:
         super().__init__()
-        if not isinstance(score, nn.Module):
-            raise TypeError(
-                f"AttentionDecoder: `score` must be a score module such as attnbook.scores.DotScore(); "
-                f"got {type(score).__name__}"
-            )
+        check.instance("AttentionDecoder", "score", score, nn.Module,
+                       "a score module such as attnbook.scores.DotScore()")
         encoder_dim = hidden_dim if encoder_dim is None else encoder_dim
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
         self.attention = Attention(score)
@@ -296,18 +252,18 @@ class AttentionDecoder(nn.Module):
         token: Tensor,
         state: Tensor,
         encoder_states: Tensor,
-        source_mask: Tensor | None = None,
+        key_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One decoding step: attend, update the state, predict.
 
         Shapes:
             token (B,), state (B, Dq), encoder_states (B, S, Dk),
-            source_mask (B, S)
+            key_mask (B, S)
             -> logits (B, vocab_size), state (B, Dq), weights (B, S)
         """
         # (B, Dk), (B, S)
         context, weights = attention_step(
-            state, encoder_states, self.attention, source_mask
+            state, encoder_states, self.attention, key_mask
         )
         # (B, E + Dk)
         inputs = torch.cat([self.embedding(token), context], dim=-1)
@@ -318,17 +274,17 @@ class AttentionDecoder(nn.Module):
         return logits, state, weights
 
     def forward(self, tgt_in: Tensor, initial_state: Tensor, encoder_states: Tensor,
-                source_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                key_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Teacher forcing over a whole target, one step at a time.
 
         Shapes:
-            tgt_in (B, L), initial_state (B, Dq), encoder_states (B, S, Dk), source_mask (B, S)
+            tgt_in (B, L), initial_state (B, Dq), encoder_states (B, S, Dk), key_mask (B, S)
             -> logits (B, L, vocab_size), weights (B, L, S)
         """
         state = initial_state  # (B, Dq)
         all_logits, all_weights = [], []
         for t in range(tgt_in.shape[1]):
-            logits, state, weights = self.step(tgt_in[:, t], state, encoder_states, source_mask)
+            logits, state, weights = self.step(tgt_in[:, t], state, encoder_states, key_mask)
             all_logits.append(logits)
             all_weights.append(weights)
         return torch.stack(all_logits, dim=1), torch.stack(all_weights, dim=1)  # (B, L, vocab_size), (B, L, S)
@@ -340,8 +296,7 @@ class Seq2Seq(nn.Module):
     Shapes:
         forward: src (B, S), src_lengths (B,), tgt_in (B, L)
                  -> logits (B, L, vocab_size), weights (B, L, S) or None
-        greedy_decode: src (B, S), src_lengths (B,)
-                 -> tokens (B, L'), weights (B, L', S) or None
+        greedy_decode: src (B, S), src_lengths (B,) -> tokens (B, L'), weights (B, L', S) or None
     """
 
     def __init__(self, encoder: Encoder, decoder: nn.Module) -> None:
@@ -366,13 +321,11 @@ class Seq2Seq(nn.Module):
         """
         _check_source("Seq2Seq", src, src_lengths, self.encoder.embedding.num_embeddings)
         check.token_ids("Seq2Seq", "tgt_in", tgt_in, self.decoder.embedding.num_embeddings)
-        if tgt_in.shape[0] != src.shape[0]:
-            raise ValueError(
-                f"Seq2Seq: `tgt_in` {_shape(tgt_in)} and `src` {_shape(src)} must have the same batch size B"
-            )
+        check.that(len(tgt_in) == len(src), "Seq2Seq", lambda: f"`tgt_in` {tuple(tgt_in.shape)} and `src` "
+                   f"{tuple(src.shape)} must have the same batch size B")
         encoder_states, final = self.encoder(src, src_lengths)  # (B, S, Dk), (B, Dk)
-        source_mask = padding_mask(src_lengths, max_len=src.shape[1])  # (B, S)
-        return self.decoder(tgt_in, final, encoder_states, source_mask)
+        key_mask = padding_mask(src_lengths, max_len=src.shape[1])  # (B, S)
+        return self.decoder(tgt_in, final, encoder_states, key_mask)
 
     @torch.no_grad()
     def greedy_decode(self, src: Tensor, src_lengths: Tensor,
@@ -389,15 +342,16 @@ class Seq2Seq(nn.Module):
             src (B, S), src_lengths (B,) -> tokens (B, L'), weights (B, L', S) or None
         """
         _check_source("Seq2Seq.greedy_decode", src, src_lengths, self.encoder.embedding.num_embeddings)
-        max_len = check.positive_int("Seq2Seq.greedy_decode", "max_len", src.shape[1] + 1 if max_len is None else max_len)
-        B = src.shape[0]
+        B, S = src.shape
+        max_len = S + 1 if max_len is None else max_len
+        check.positive_int("Seq2Seq.greedy_decode", "max_len", max_len)
         encoder_states, state = self.encoder(src, src_lengths)  # (B, S, Dk), (B, Dq)
-        source_mask = padding_mask(src_lengths, max_len=src.shape[1])  # (B, S)
+        key_mask = padding_mask(src_lengths, max_len=S)  # (B, S)
         token = torch.full((B,), SOS, dtype=torch.long, device=src.device)  # (B,)
         finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
         tokens, all_weights = [], []
         for _ in range(max_len):
-            logits, state, weights = self.decoder.step(token, state, encoder_states, source_mask)
+            logits, state, weights = self.decoder.step(token, state, encoder_states, key_mask)
             token = logits.argmax(dim=-1).masked_fill(finished, PAD)  # (B,)
             tokens.append(token)
             if weights is not None:
@@ -407,3 +361,28 @@ class Seq2Seq(nn.Module):
                 break
         weights_out = torch.stack(all_weights, dim=1) if all_weights else None  # (B, L', S)
         return torch.stack(tokens, dim=1), weights_out  # (B, L')
+
+
+def _check_step(decoder_state: object, encoder_states: object, score: object, key_mask: object) -> None:
+    """The arguments of :func:`attention_step`, one check each."""
+    where = "attention_step"
+    check.tensor(where, "decoder_state", decoder_state, letters="B, Dq", floating=True)
+    check.tensor(where, "encoder_states", encoder_states, letters="B, S, Dk", floating=True)
+    check.that(len(decoder_state) == len(encoder_states), where, lambda: f"`decoder_state` "
+               f"{tuple(decoder_state.shape)} and `encoder_states` {tuple(encoder_states.shape)} must have "
+               "the same batch size B")
+    check.instance(where, "score", score, nn.Module, "a score module such as attnbook.scores.DotScore()")
+    check.key_mask(where, key_mask, (len(encoder_states), 1, encoder_states.shape[1]))
+
+
+def _check_source(where: str, src: object, src_lengths: object, vocab_size: int) -> None:
+    """A batch of padded sources: token ids (B, S) and their true lengths, a long tensor (B,) in 1..S."""
+    check.token_ids(where, "src", src, vocab_size)
+    check.tensor(where, "src_lengths", src_lengths, letters="B")
+    check.that(src_lengths.dtype == torch.long, where,
+               lambda: f"`src_lengths` must be a long tensor (B,); got dtype {src_lengths.dtype}", TypeError)
+    B, S = src.shape
+    check.that(len(src_lengths) == B, where, lambda: f"`src_lengths` must hold one length per sequence, "
+               f"shape (B,) = ({B},); got {tuple(src_lengths.shape)}")
+    check.that(B == 0 or 1 <= int(src_lengths.min()) <= int(src_lengths.max()) <= S, where,
+               lambda: f"`src_lengths` must lie in 1..S = 1..{S}; got {src_lengths.tolist()}")

@@ -58,8 +58,7 @@ class TinyTransformer(nn.Module):
         backend: str = "math",
     ) -> None:
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("max_len", max_len), ("num_layers", num_layers)):
-            check.positive_int("TinyTransformer", name, value)
+        check.positive_ints("TinyTransformer", vocab_size=vocab_size, max_len=max_len, num_layers=num_layers)
         self.vocab_size, self.max_len = vocab_size, max_len
         self.embed_dim, self.num_heads, self.num_layers = embed_dim, num_heads, num_layers
         self.token_embedding = nn.Embedding(vocab_size, embed_dim)
@@ -81,9 +80,10 @@ class TinyTransformer(nn.Module):
         Shapes:
             -> num_layers caches, each holding up to (B, H, max_len, D)
         """
-        max_len = check.positive_int("TinyTransformer.new_caches", "max_len", self.max_len if max_len is None else max_len)
-        if max_len > self.max_len:
-            raise ValueError(f"TinyTransformer.new_caches: `max_len` must be an int in 1..{self.max_len}; got {max_len}")
+        max_len = self.max_len if max_len is None else max_len
+        check.positive_int("TinyTransformer.new_caches", "max_len", max_len)
+        check.that(max_len <= self.max_len, "TinyTransformer.new_caches",
+                   lambda: f"`max_len` must be an int in 1..{self.max_len}; got {max_len}")
         return [block.attn.new_cache(batch_size, max_len) for block in self.blocks]
 
     def forward(
@@ -98,7 +98,18 @@ class TinyTransformer(nn.Module):
         Shapes:
             tokens (B, L) -> logits (B, L, V) [, weights: num_layers x (B, H, L, S)]
         """
-        offset = self._check_forward(tokens, caches, need_weights)
+        where = "TinyTransformer.forward"
+        check.token_ids(where, "tokens", tokens, self.vocab_size)
+        check.flag(where, "need_weights", need_weights)
+        check.that(caches is None or isinstance(caches, (list, tuple))
+                   and all(isinstance(c, KVCache) for c in caches), where,
+                   lambda: f"`caches` must be a list of KVCache (one per layer); got {check.described(caches)}",
+                   TypeError)
+        check.that(caches is None or len(caches) == self.num_layers, where, lambda: f"`caches` must hold "
+                   f"{self.num_layers} KVCache (one per layer); got {len(caches or [])}")
+        offset = 0 if caches is None else len(caches[0])  # the position of the first token
+        check.that(offset + tokens.shape[1] <= self.max_len, where,
+                   lambda: f"{offset} cached + {tokens.shape[1]} new positions exceed max_len={self.max_len}")
         x = self.positions(self.token_embedding(tokens), offset=offset)  # (B, L, E)
         all_weights = []
         for block, cache in zip(self.blocks, caches or [None] * self.num_layers):
@@ -108,21 +119,6 @@ class TinyTransformer(nn.Module):
         if need_weights:
             return logits, all_weights
         return logits
-
-    def _check_forward(self, tokens: object, caches: object, need_weights: object) -> int:
-        """Check the arguments of :meth:`forward`; return the position of its first token."""
-        where = "TinyTransformer.forward"
-        check.token_ids(where, "tokens", tokens, self.vocab_size)
-        check.flag(where, "need_weights", need_weights)
-        if caches is not None:
-            if not isinstance(caches, (list, tuple)) or not all(isinstance(c, KVCache) for c in caches):
-                raise TypeError(f"{where}: `caches` must be a list of KVCache (one per layer); got {check.described(caches)}")
-            if len(caches) != self.num_layers:
-                raise ValueError(f"{where}: `caches` must hold {self.num_layers} KVCache (one per layer); got {len(caches)}")
-        offset = 0 if caches is None else len(caches[0])
-        if offset + tokens.shape[1] > self.max_len:
-            raise ValueError(f"{where}: {offset} cached + {tokens.shape[1]} new positions exceed max_len={self.max_len}")
-        return offset
 
     @torch.no_grad()
     def generate(
@@ -142,7 +138,15 @@ class TinyTransformer(nn.Module):
         Shapes:
             prompt (B, L0) -> tokens (B, L0 + N) [, logits (B, N, V) that chose the N new tokens]
         """
-        self._check_generate(prompt, num_new_tokens, use_cache, return_logits)
+        where = "TinyTransformer.generate"
+        check.token_ids(where, "prompt", prompt, self.vocab_size)
+        check.that(prompt.shape[1] > 0, where, lambda: f"`prompt` must hold at least one token per sequence; "
+                   f"got shape {tuple(prompt.shape)}")
+        check.nonnegative_int(where, "num_new_tokens", num_new_tokens)
+        check.that(prompt.shape[1] + num_new_tokens <= self.max_len, where, lambda: f"prompt length "
+                   f"{prompt.shape[1]} + num_new_tokens {num_new_tokens} exceeds max_len={self.max_len}")
+        check.flag(where, "use_cache", use_cache)
+        check.flag(where, "return_logits", return_logits)
         was_training = self.training
         self.eval()
         try:
@@ -160,16 +164,3 @@ class TinyTransformer(nn.Module):
             empty = prompt.new_zeros((prompt.shape[0], 0, self.vocab_size), dtype=self.head.weight.dtype)
             return tokens, torch.stack(steps, dim=1) if steps else empty  # (B, L0 + N), (B, N, V)
         return tokens
-
-    def _check_generate(self, prompt: object, num_new_tokens: object, use_cache: object, return_logits: object) -> None:
-        where = "TinyTransformer.generate"
-        check.token_ids(where, "prompt", prompt, self.vocab_size)
-        if prompt.shape[1] == 0:
-            raise ValueError(f"{where}: `prompt` must hold at least one token per sequence; got shape {tuple(prompt.shape)}")
-        check.nonnegative_int(where, "num_new_tokens", num_new_tokens)
-        check.flag(where, "use_cache", use_cache)
-        check.flag(where, "return_logits", return_logits)
-        total = prompt.shape[1] + num_new_tokens
-        if total > self.max_len:
-            raise ValueError(f"{where}: prompt length {prompt.shape[1]} + num_new_tokens {num_new_tokens} = {total} "
-                             f"exceeds max_len={self.max_len}")

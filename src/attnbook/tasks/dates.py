@@ -23,7 +23,7 @@ produce (:data:`VOCAB`). Sources and targets share the vocabulary.
 
 Shapes:
     B batch, S source length (padded), L = 11 target positions (the ISO date and EOS, or SOS and the ISO date).
-    DateBatch.src (B, S), DateBatch.src_key_mask (B, S), DateBatch.tgt_in (B, L),
+    DateBatch.src (B, S), DateBatch.key_mask (B, S), DateBatch.tgt_in (B, L),
     DateBatch.tgt_out (B, L)
 """
 
@@ -37,6 +37,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from attnbook import _checks as check
+from attnbook.masks import padding_mask
 from attnbook.tasks.reversal import checked_ids, pad_sequences
 
 __all__ = [
@@ -83,8 +85,8 @@ def ordinal(day: int) -> str:
     Shapes:
         no tensors
     """
-    if isinstance(day, bool) or not isinstance(day, int) or not 1 <= day <= 31:
-        raise ValueError(f"ordinal: `day` must be an int in 1..31; got {day!r}")
+    check.positive_int("ordinal", "day", day)
+    check.that(day <= 31, "ordinal", lambda: f"`day` must be an int in 1..31; got {day}")
     if 11 <= day <= 13:
         return f"{day}th"
     return f"{day}" + {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
@@ -159,6 +161,9 @@ class DateExample(NamedTuple):
 
     ``spans[part] = (start, stop)``: ``text[start:stop]`` is that part ("March", "03", "94"...),
     for each part the format shows (day, month, year and perhaps weekday).
+
+    Shapes:
+        no tensors: ``text`` has S characters, ``iso`` has 10
     """
 
     date: datetime.date
@@ -186,12 +191,11 @@ def render(date: datetime.date, format: str) -> DateExample:
     >>> render(datetime.date(1994, 3, 3), "weekday_day_month").text
     'Thursday 3 March 1994'
     """
-    if not isinstance(date, datetime.date) or isinstance(date, datetime.datetime):
-        raise TypeError(f"render: `date` must be a datetime.date; got {type(date).__name__}")
-    if not FIRST_DATE <= date <= LAST_DATE:
-        raise ValueError(f"render: `date` must lie in {FIRST_DATE}..{LAST_DATE}; got {date}")
-    if format not in _TEMPLATES:
-        raise ValueError(f"render: `format` must be one of {sorted(FORMATS)}; got {format!r}")
+    check.that(type(date) is datetime.date, "render",
+               lambda: f"`date` must be a datetime.date; got {check.described(date)}", TypeError)
+    check.that(FIRST_DATE <= date <= LAST_DATE, "render",
+               lambda: f"`date` must lie in {FIRST_DATE}..{LAST_DATE}; got {date}")
+    check.one_of("render", "format", format, tuple(FORMATS))
     text, spans = "", {}
     for literal, field in _TEMPLATES[format]:
         text += literal
@@ -209,10 +213,9 @@ def encode(text: str) -> list[int]:
     Shapes:
         n characters -> n ids
     """
-    try:
-        return [_ID[c] for c in text]
-    except KeyError as exc:
-        raise ValueError(f"encode: the character {exc.args[0]!r} of {text!r} is not in the vocabulary") from None
+    check.that(all(c in _ID for c in text), "encode", lambda: f"the characters "
+               f"{sorted(set(text) - set(_ID))} of `text` {text!r} are not in the vocabulary")
+    return [_ID[c] for c in text]
 
 
 def decode(ids: Sequence[int] | Tensor, strip: bool = True) -> str:
@@ -236,6 +239,9 @@ def is_test_date(date: datetime.date) -> bool:
 
     Eleven and seven share no factor, so the test dates fall on every weekday; every day of the
     month, month and year occurs among both the training and the test dates.
+
+    Shapes:
+        no tensors
     """
     return date.toordinal() % 11 == 0
 
@@ -261,16 +267,12 @@ def sample_examples(
     Shapes:
         no tensors: a list of ``num_examples`` examples
     """
-    if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples < 0:
-        raise ValueError(f"sample_examples: `num_examples` must be an int >= 0; got {num_examples!r}")
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"sample_examples: `generator` must be a torch.Generator; got {type(generator).__name__}")
-    if split not in _SPLIT_DAYS:
-        raise ValueError(f"sample_examples: `split` must be 'train' or 'test'; got {split!r}")
     names = _FORMAT_NAMES if formats is None else tuple(formats)
-    unknown = [name for name in names if name not in FORMATS]
-    if unknown or not names:
-        raise ValueError(f"sample_examples: `formats` must be names from {sorted(FORMATS)}; got {list(names)}")
+    check.nonnegative_int("sample_examples", "num_examples", num_examples)
+    check.instance("sample_examples", "generator", generator, torch.Generator, "a torch.Generator")
+    check.one_of("sample_examples", "split", split, tuple(_SPLIT_DAYS))
+    check.that(names and all(name in FORMATS for name in names), "sample_examples",
+               lambda: f"`formats` must be names from {sorted(FORMATS)}; got {list(names)}")
     days = _SPLIT_DAYS[split]
     day_index = torch.randint(len(days), (num_examples,), generator=generator).tolist()
     format_index = torch.randint(len(names), (num_examples,), generator=generator).tolist()
@@ -282,16 +284,16 @@ def sample_examples(
 class DateBatch(NamedTuple):
     """Padded tensors for a batch of examples.
 
-    src: source character ids, PAD after each source's end; src_key_mask: True on real source
+    src: source character ids, PAD after each source's end; key_mask: True on real source
     characters (the keys attention may use); tgt_in: SOS then the ISO characters (the decoder's
     input); tgt_out: the ISO characters then EOS (what it must predict at each step).
 
     Shapes:
-        src (B, S), src_key_mask (B, S), tgt_in (B, L), tgt_out (B, L), L = 11
+        src (B, S), key_mask (B, S), tgt_in (B, L), tgt_out (B, L), L = 11
     """
 
     src: Tensor
-    src_key_mask: Tensor
+    key_mask: Tensor
     tgt_in: Tensor
     tgt_out: Tensor
 
@@ -300,18 +302,17 @@ def make_batch(examples: Sequence[DateExample]) -> DateBatch:
     """Encode and pad a list of examples.
 
     Shapes:
-        B examples -> src (B, S), src_key_mask (B, S), tgt_in (B, 11), tgt_out (B, 11),
+        B examples -> src (B, S), key_mask (B, S), tgt_in (B, 11), tgt_out (B, 11),
         S = the longest source in the batch
     """
-    if not examples:
-        raise ValueError("make_batch: `examples` must hold at least one DateExample; got none")
+    check.that(len(examples) > 0, "make_batch", "`examples` must hold at least one DateExample; got none")
     src, lengths = pad_sequences([encode(e.text) for e in examples], pad=PAD)  # (B, S), (B,)
-    src_key_mask = torch.arange(src.shape[1])[None, :] < lengths[:, None]  # (B, S)
+    key_mask = padding_mask(lengths, max_len=src.shape[1])  # (B, S)
     target = torch.tensor([encode(e.iso) for e in examples])  # (B, 10)
     column = torch.full((len(examples), 1), SOS)  # (B, 1)
     tgt_in = torch.cat([column, target], dim=1)  # (B, 11)
     tgt_out = torch.cat([target, column.fill_(EOS)], dim=1)  # (B, 11)
-    return DateBatch(src, src_key_mask, tgt_in, tgt_out)
+    return DateBatch(src, key_mask, tgt_in, tgt_out)
 
 
 def train_batch(batch_size: int, generator: torch.Generator) -> DateBatch:
@@ -330,6 +331,7 @@ def test_set(per_format: int = 40, seed: int = TEST_SEED) -> list[DateExample]:
     Shapes:
         no tensors: a list of ``per_format * len(FORMATS)`` examples
     """
+    check.positive_int("test_set", "per_format", per_format)
     generator = torch.Generator().manual_seed(seed)
     examples = []
     for name in FORMATS:
@@ -349,21 +351,18 @@ def alignment(weights: Tensor, examples: Sequence[DateExample], part: str) -> Te
         weights (B, L, S) or (B, H, L, S) with L >= 10 -> (B, n) or (B, H, n), n = the part's length
         in the ISO form (4 for the year, 2 for month and day)
     """
-    if part not in ISO_SPANS:
-        raise ValueError(f"alignment: `part` must be one of {sorted(ISO_SPANS)}; got {part!r}")
     B = len(examples)
-    if not isinstance(weights, Tensor) or weights.dim() not in (3, 4) or weights.shape[0] != B \
-            or weights.shape[-2] < ISO_LENGTH:
-        got = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
-        raise ValueError(
-            f"alignment: `weights` must be (B, L, S) or (B, H, L, S) with B = {B} examples and L >= {ISO_LENGTH}; got {got}"
-        )
+    check.one_of("alignment", "part", part, tuple(ISO_SPANS))
+    check.tensor("alignment", "weights", weights, floating=True, min_ndim=3)
+    check.that(weights.dim() in (3, 4) and len(weights) == B and weights.shape[-2] >= ISO_LENGTH, "alignment",
+               lambda: f"`weights` must be (B, L, S) or (B, H, L, S) with B = {B} examples and L >= {ISO_LENGTH}; "
+               f"got {tuple(weights.shape)}")
+    check.that(all(len(e.text) <= weights.shape[-1] for e in examples), "alignment",
+               lambda: f"`examples` hold a text longer than the S = {weights.shape[-1]} keys of `weights`")
     S = weights.shape[-1]
     in_part = torch.zeros(B, S, dtype=torch.bool, device=weights.device)  # (B, S)
     for b, example in enumerate(examples):
         start, stop = example.spans[part]
-        if stop > S:
-            raise ValueError(f"alignment: example {b} ({example.text!r}) is longer than the S = {S} keys of `weights`")
         in_part[b, start:stop] = True
     first, last = ISO_SPANS[part]
     rows = weights[..., first:last, :]  # (B, [H,] n, S)

@@ -20,6 +20,7 @@ from attnbook.train import train_steps
 
 __all__ = ["repeat_batch", "repeat_loss", "train_repeat", "evaluate_repeat"]
 
+
 def repeat_batch(
     batch_size: int, half_len: int, vocab_size: int, *, generator: torch.Generator | None = None
 ) -> Tensor:
@@ -28,8 +29,7 @@ def repeat_batch(
     Shapes:
         -> tokens (B, 2N) with N = half_len
     """
-    for name, value in (("batch_size", batch_size), ("half_len", half_len), ("vocab_size", vocab_size)):
-        check.positive_int("repeat_batch", name, value)
+    check.positive_ints("repeat_batch", batch_size=batch_size, half_len=half_len, vocab_size=vocab_size)
     first = torch.randint(vocab_size, (batch_size, half_len), generator=generator)  # (B, N)
     return torch.cat([first, first], dim=1)  # (B, 2N)
 
@@ -42,6 +42,9 @@ def repeat_loss(logits: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
     Shapes:
         logits (B, 2N, V), tokens (B, 2N) -> loss (), accuracy ()
     """
+    check.that(logits.shape[:2] == tokens.shape and tokens.shape[1] % 2 == 0, "repeat_loss", lambda: f"`logits` "
+               f"(B, 2N, V) and `tokens` (B, 2N) must agree on (B, 2N); got {tuple(logits.shape)} and "
+               f"{tuple(tokens.shape)}")
     N = tokens.shape[1] // 2
     predicted = logits[:, N - 1 : -1]  # (B, N, V)
     target = tokens[:, N:]  # (B, N)
@@ -61,13 +64,15 @@ def train_repeat(
     weight_decay: float = 0.01,
     seed: int = 0,
 ) -> list[float]:
-    """Train ``model`` on the repeat problem with AdamW; return the loss of every step.
+    """Train ``model`` on the repeat problem with AdamW, through the book's one training loop
+    :func:`attnbook.train.train_steps`; return the loss of every step.
 
     Shapes:
         batches of tokens (batch_size, 2 * half_len)
     """
-    if 2 * half_len > model.max_len:
-        raise ValueError(f"train_repeat: 2 * half_len = {2 * half_len} exceeds the model's max_len={model.max_len}")
+    check.positive_int("train_repeat", "half_len", half_len)
+    check.that(2 * half_len <= model.max_len, "train_repeat",
+               lambda: f"2 * half_len = {2 * half_len} exceeds the model's max_len={model.max_len}")
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
 
@@ -76,8 +81,6 @@ def train_repeat(
         return repeat_loss(model(tokens), tokens)[0]
 
     return train_steps(model, optimizer, steps, batch_loss)
-
-
 
 
 @torch.no_grad()

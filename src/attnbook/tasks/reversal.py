@@ -10,8 +10,8 @@ Tokens: ``PAD`` = 0, ``SOS`` = 1 (start of the target), ``EOS`` = 2 (end of the 
 then the digits 0-9 as ids 3-12.
 
 Shapes:
-    B batch, S source length (padded), T target length (padded; target length + 1 for SOS/EOS).
-    Batch.src (B, S), Batch.src_lengths (B,), Batch.tgt_in (B, T), Batch.tgt_out (B, T),
+    B batch, S source length (padded), L target length (padded; target length + 1 for SOS/EOS).
+    Batch.src (B, S), Batch.src_lengths (B,), Batch.tgt_in (B, L), Batch.tgt_out (B, L),
     Batch.tgt_lengths (B,)
 """
 
@@ -60,17 +60,10 @@ def encode(text: str | Sequence[str]) -> list[int]:
     >>> encode("3071")
     [6, 3, 10, 4]
     """
-    if not isinstance(text, (str, Sequence)):
-        raise TypeError(f"encode: `text` must be a string of digits; got {type(text).__name__}")
-    ids = []
-    for position, symbol in enumerate(text):
-        if symbol not in _ID:
-            raise ValueError(
-                f"encode: `text` may hold only the digits 0-9 and {SPECIALS}; got {symbol!r} "
-                f"at position {position}"
-            )
-        ids.append(_ID[symbol])
-    return ids
+    check.instance("encode", "text", text, (str, Sequence), "a string of digits")
+    check.that(all(symbol in _ID for symbol in text), "encode", lambda: f"`text` may hold only the digits 0-9 "
+               f"and {SPECIALS}; got {[symbol for symbol in text if symbol not in _ID]} in {text!r}")
+    return [_ID[symbol] for symbol in text]
 
 
 def decode(ids: Sequence[int] | Tensor, strip: bool = True) -> str:
@@ -79,7 +72,7 @@ def decode(ids: Sequence[int] | Tensor, strip: bool = True) -> str:
     shown, separated by spaces.
 
     Shapes:
-        ids (T,) -> a string
+        ids (n,) -> a string
 
     >>> decode([1, 6, 3, 10, 4, 2, 0])
     '3071'
@@ -100,7 +93,7 @@ def to_symbols(ids: Sequence[int] | Tensor) -> list[str]:
     """The symbol of every token id, e.g. as axis labels of an attention heatmap.
 
     Shapes:
-        ids (T,) -> T strings
+        ids (n,) -> n strings
 
     >>> to_symbols([1, 6, 2])
     ['<sos>', '3', '<eos>']
@@ -113,16 +106,14 @@ def checked_ids(where: str, ids: Sequence[int] | Tensor, vocab_size: int) -> lis
     0..vocab_size-1; ``where`` names the caller in the error.
 
     Shapes:
-        ids (T,) -> T ints
+        ids (n,) -> n ints
     """
-    if isinstance(ids, Tensor):
-        if ids.dim() != 1:
-            raise ValueError(f"{where}: `ids` must be 1-D (one sequence); got shape {tuple(ids.shape)}")
-        ids = ids.tolist()
-    for index in ids:
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < vocab_size:
-            raise ValueError(f"{where}: `ids` must hold token ids in 0..{vocab_size - 1}; got {index!r}")
-    return list(ids)
+    check.that(not isinstance(ids, Tensor) or ids.dim() == 1, where,
+               lambda: f"`ids` must be 1-D (one sequence); got shape {tuple(ids.shape)}")
+    ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+    check.that(all(type(i) is int and 0 <= i < vocab_size for i in ids), where,
+               lambda: f"`ids` must hold token ids in 0..{vocab_size - 1}; got {ids}")
+    return ids
 
 
 def pad_sequences(sequences: Sequence[Sequence[int]], pad: int = PAD) -> tuple[Tensor, Tensor]:
@@ -131,10 +122,8 @@ def pad_sequences(sequences: Sequence[Sequence[int]], pad: int = PAD) -> tuple[T
     Shapes:
         B sequences of lengths n_b -> tokens (B, max n_b), lengths (B,)
     """
-    if isinstance(sequences, Tensor) or not isinstance(sequences, Sequence) or len(sequences) == 0:
-        raise ValueError(
-            f"pad_sequences: `sequences` must be a non-empty list of token-id lists; got {sequences!r:.80}"
-        )
+    check.that(isinstance(sequences, Sequence) and len(sequences) > 0, "pad_sequences",
+               lambda: f"`sequences` must be a non-empty list of token-id lists; got {sequences!r:.80}")
     lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)  # (B,)
     tokens = torch.full((len(sequences), int(lengths.max())), pad, dtype=torch.long)  # (B, S)
     for row, seq in enumerate(sequences):
@@ -150,8 +139,8 @@ class Batch(NamedTuple):
     decoder reads ``tgt_in[:, t]`` and must predict ``tgt_out[:, t]``. PAD fills the rest.
 
     Shapes:
-        src (B, S), src_lengths (B,), tgt_in (B, T), tgt_out (B, T), tgt_lengths (B,)
-        with T = longest target + 1.
+        src (B, S), src_lengths (B,), tgt_in (B, L), tgt_out (B, L), tgt_lengths (B,)
+        with L = longest target + 1.
     """
 
     src: Tensor
@@ -167,18 +156,14 @@ def make_batch(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]
     Shapes:
         B sources, B targets -> Batch (see :class:`Batch`)
     """
-    if len(sources) != len(targets):
-        raise ValueError(
-            f"make_batch: `sources` and `targets` must have the same length; got {len(sources)} "
-            f"and {len(targets)}"
-        )
+    check.that(len(sources) == len(targets), "make_batch",
+               lambda: f"`sources` and `targets` must have the same length; got {len(sources)} and {len(targets)}")
     for name, seqs in (("sources", sources), ("targets", targets)):
-        for row, seq in enumerate(seqs):
-            if len(seq) == 0:
-                raise ValueError(f"make_batch: `{name}[{row}]` is empty; every sequence needs a token")
+        check.that(all(map(len, seqs)), "make_batch", lambda: f"`{name}[{[len(s) for s in seqs].index(0)}]` is "
+                   "empty; every sequence needs a token")
     src, src_lengths = pad_sequences(sources)  # (B, S), (B,)
-    tgt_in, _ = pad_sequences([[SOS, *t] for t in targets])  # (B, T)
-    tgt_out, tgt_lengths = pad_sequences([[*t, EOS] for t in targets])  # (B, T), (B,)
+    tgt_in, _ = pad_sequences([[SOS, *t] for t in targets])  # (B, L)
+    tgt_out, tgt_lengths = pad_sequences([[*t, EOS] for t in targets])  # (B, L), (B,)
     return Batch(src, src_lengths, tgt_in, tgt_out, tgt_lengths)
 
 
@@ -201,13 +186,9 @@ class ReversalTask:
     max_len: int = 24
 
     def __post_init__(self) -> None:
-        for name in ("min_len", "max_len"):
-            check.positive_int("ReversalTask", name, getattr(self, name))
-        if self.min_len > self.max_len:
-            raise ValueError(
-                f"ReversalTask: `min_len` must be <= `max_len`; got min_len={self.min_len}, "
-                f"max_len={self.max_len}"
-            )
+        check.positive_ints("ReversalTask", min_len=self.min_len, max_len=self.max_len)
+        check.that(self.min_len <= self.max_len, "ReversalTask", lambda: f"`min_len` must be <= `max_len`; got "
+                   f"min_len={self.min_len}, max_len={self.max_len}")
 
     @property
     def lengths(self) -> range:
@@ -253,7 +234,12 @@ class ReversalTask:
             -> n sources, n targets (lists of token ids, each target as long as its source)
         """
         check.positive_int("ReversalTask.sample", "n", n)
-        generator = _generator(seed, generator, "ReversalTask.sample")
+        check.that((seed is None) != (generator is None), "ReversalTask.sample", lambda: "pass exactly one of "
+                   f"`seed` and `generator`; got seed={seed!r}, generator={generator!r}")
+        check.instance("ReversalTask.sample", "seed", seed, (int, type(None)), "an int or None")
+        check.instance("ReversalTask.sample", "generator", generator, (torch.Generator, type(None)),
+                       "a torch.Generator or None")
+        generator = torch.Generator().manual_seed(seed) if generator is None else generator
         lengths = torch.randint(self.min_len, self.max_len + 1, (n,), generator=generator)  # (n,)
         sources = self.sources_of_lengths(lengths.tolist(), generator)
         return sources, [self.target(s) for s in sources]
@@ -275,20 +261,9 @@ class ReversalTask:
             -> N = per_length * (max_len - min_len + 1) sources and as many targets
         """
         check.positive_int("ReversalTask.test_set", "per_length", per_length)
-        generator = _generator(seed, None, "ReversalTask.test_set")
+        check.instance("ReversalTask.test_set", "seed", seed, int, "an int")
+        generator = torch.Generator().manual_seed(seed)
         lengths = [n for n in self.lengths for _ in range(per_length)]
         sources = self.sources_of_lengths(lengths, generator)
         return sources, [self.target(s) for s in sources]
 
-
-def _generator(seed: int | None, generator: torch.Generator | None, where: str) -> torch.Generator:
-    if (seed is None) == (generator is None):
-        raise ValueError(f"{where}: pass exactly one of `seed` and `generator`; got seed={seed!r}, "
-                         f"generator={generator!r}")
-    if generator is not None:
-        if not isinstance(generator, torch.Generator):
-            raise TypeError(f"{where}: `generator` must be a torch.Generator; got {type(generator).__name__}")
-        return generator
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"{where}: `seed` must be an int; got {seed!r}")
-    return torch.Generator().manual_seed(seed)

@@ -21,7 +21,7 @@ from attnbook_classroom.grading.mistakes import M_AFTER, M_IGNORED, M_POLARITY
 
 STEP = exercise(
     "seq2seq_attention_step",
-    "fn(decoder_state (B, D), encoder_states (B, S, D), source_mask (B, S) bool, True = real token) "
+    "fn(decoder_state (B, D), encoder_states (B, S, D), key_mask (B, S) bool, True = real token) "
     "-> (context (B, D), weights (B, S)), with the dot score score_j = decoder_state · "
     "encoder_states[:, j] (no scaling); padding gets zero weight.",
     blocks=["attnbook.models.seq2seq.attention_step"])

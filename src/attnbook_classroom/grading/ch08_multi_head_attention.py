@@ -302,15 +302,14 @@ def head_rows(E: int, H: int, order=HEAD_ORDER) -> Tensor:
 
 def permuted_output(mha: MultiHeadAttention, x: Tensor, rows: Tensor, which: str = "qkv",
                     out: str = "columns") -> Tensor:
-    """mha(x, x, x) with the rows ``rows`` of the blocks ``which`` of in_proj_weight, and W_o's
-    columns (``out="columns"``), rows (a mistake) or nothing (``"none"``, a mistake) reordered."""
+    """mha(x, x, x) with the rows ``rows`` of the input projections ``which`` ("q", "k", "v": q_proj,
+    k_proj, v_proj), and W_o's columns (``out="columns"``), rows (a mistake) or nothing (``"none"``,
+    a mistake) reordered."""
     other = copy.deepcopy(mha)
-    E = x.shape[-1]
     with torch.no_grad():
-        for i, name in enumerate("qkv"):
-            if name in which:
-                block = other.in_proj_weight[i * E:(i + 1) * E]  # (E, E), rows = output features
-                block.copy_(block[rows].clone())
+        for name in which:
+            W = getattr(other, f"{name}_proj").weight  # (E, E), rows = output features
+            W.copy_(W[rows].clone())
         W_o = other.out_proj.weight
         if out == "columns":
             W_o.copy_(W_o[:, rows].clone())

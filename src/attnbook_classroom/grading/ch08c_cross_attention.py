@@ -21,11 +21,11 @@ from attnbook_classroom.grading.harness import answer, call, exercise, part
 
 GREEDY = exercise(
     "greedy_decode",
-    "fn(state, config, src, src_key_mask, steps) -> tokens (B, steps), torch.long: build "
+    "fn(state, config, src, key_mask, steps) -> tokens (B, steps), torch.long: build "
     "EncoderDecoder(**config), load `state`, and decode greedily: start from dates.SOS, at each "
     "step append the most likely next token; after a sequence has written dates.EOS it writes "
     "dates.PAD. Return the `steps` tokens written, without the start token. "
-    "src (B, S) and src_key_mask (B, S) as in dates.make_batch.",
+    "src (B, S) and key_mask (B, S) as in dates.make_batch.",
     blocks=["attnbook.models.encoder_decoder.EncoderDecoder.generate", "attnbook_tools.dates_model.evaluate_dates"])
 
 
@@ -78,17 +78,17 @@ def greedy_part(case, steps: int):
     model, config = dates_model()
     batch = dates.make_batch(chosen_examples(case))
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    out = yield call(state, dict(config), batch.src, batch.src_key_mask, steps)
-    with_start = greedy_reference(model, batch.src, batch.src_key_mask, steps)  # (B, 1 + steps)
+    out = yield call(state, dict(config), batch.src, batch.key_mask, steps)
+    with_start = greedy_reference(model, batch.src, batch.key_mask, steps)  # (B, 1 + steps)
     ref = with_start[:, 1:]
     variants = [
         ("You returned the start token too: return only the tokens the model wrote.", lambda: with_start),
         ("At every step you took the logits of the FIRST target position: the next token is "
          "predicted at the last position, logits[:, -1].",
-         lambda: greedy_reference(model, batch.src, batch.src_key_mask, steps, first_position=True)[:, 1:]),
+         lambda: greedy_reference(model, batch.src, batch.key_mask, steps, first_position=True)[:, 1:]),
         ("After a sequence writes EOS it must write PAD: you kept decoding it.",
-         lambda: greedy_reference(model, batch.src, batch.src_key_mask, steps, keep_going=True)[:, 1:]),
-        ("You left out src_key_mask: without it the decoder reads the padding of the shorter sources.",
+         lambda: greedy_reference(model, batch.src, batch.key_mask, steps, keep_going=True)[:, 1:]),
+        ("You left out key_mask: without it the decoder reads the padding of the shorter sources.",
          lambda: greedy_reference(model, batch.src, None, steps)[:, 1:]),
     ]
     compare(out, ref, "tokens", variants)
@@ -124,7 +124,7 @@ def month_weight_by_format() -> tuple[dict, dict]:
     examples = list(test_examples())
     batch = dates.make_batch(examples)
     with torch.no_grad():
-        _, attentions = model(batch.src, batch.src_key_mask, batch.tgt_in, need_weights=True)
+        _, attentions = model(batch.src, batch.key_mask, batch.tgt_in, need_weights=True)
     result = []
     for layer in (-1, 0):
         on_month = dates.alignment(attentions.cross[layer].mean(dim=1), examples, "month").mean(dim=1)
@@ -181,9 +181,9 @@ ZEROS = exercise(
     "per head, for B decoder sequences of L positions reading sources of the given lengths "
     "(padded to the longest, with key_mask = padding_mask(lengths)), and a bool tensor of that "
     "shape, True exactly where the weight is 0.",
-    # not the package's MultiHeadAttention: the dates model is built from it, and exercise 8c.1's
-    # greedy decoding runs that model while its tests call the student's function
-    blocks=["torch.nn.MultiheadAttention", "attnbook.masks.padding_mask"])
+    # padding_mask only while the tests run: exercise 8c.2's experiment builds batches of dates
+    # (dates.make_batch makes their padding masks with it)
+    blocks=["torch.nn.MultiheadAttention"], check_blocks=["attnbook.masks.padding_mask"])
 
 
 def zeros_inputs(case):

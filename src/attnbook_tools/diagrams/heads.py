@@ -44,11 +44,8 @@ def _projections(where: str, projections, query: Tensor, key: Tensor, value: Ten
     """q, k, v, the three weights, H and the module's output (None for three plain projections)."""
     if isinstance(projections, MultiHeadAttention):
         m = projections
-        if m.in_proj_weight is not None:
-            weights = m.in_proj_weight.chunk(3)  # (E, E) each: rows are output columns
-        else:
-            weights = (m.q_proj_weight, m.k_proj_weight, m.v_proj_weight)  # (E, E), (E, Ek), (E, Ev)
-        biases = (None,) * 3 if m.in_proj_bias is None else m.in_proj_bias.chunk(3)  # (E,) each
+        weights = (m.q_proj.weight, m.k_proj.weight, m.v_proj.weight)  # (E, E), (E, Ek), (E, Ev): rows = outputs
+        biases = (m.q_proj.bias, m.k_proj.bias, m.v_proj.bias)  # (E,) each, or None
         H = m.num_heads
         q = split_heads(F.linear(query, weights[0], biases[0]), H)  # (B, H, L, D)
         k = split_heads(F.linear(key, weights[1], biases[1]), H)  # (B, H, S, D)
@@ -69,8 +66,8 @@ def draw_qkv(projections: MultiHeadAttention | Sequence[nn.Linear | Tensor], que
     """Draw the path from inputs to output through queries, keys and values.
 
     Args:
-        projections: a :class:`attnbook.multihead.MultiHeadAttention` (its H heads, its packed or
-            separate input projections, its output projection), or three projections
+        projections: a :class:`attnbook.multihead.MultiHeadAttention` (its H heads, its input
+            projections q_proj, k_proj and v_proj, its output projection), or three projections
             ``(W_q, W_k, W_v)``, each an ``nn.Linear`` or its (D, E) weight (one head, no bias).
         query: the queries' input x. key, value: the keys' and values' input (default: ``query``,
             self-attention).

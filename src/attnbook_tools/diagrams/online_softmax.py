@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from attnbook import _checks as check
-from attnbook.functional import attention
+from attnbook.functional import attention, upcast
 from attnbook.tiled import online_softmax_step, tiled_attention
 from attnbook_tools.diagrams.canvas import TENSOR, Canvas, Style, ramp
 from attnbook_tools.diagrams.description import Description
@@ -58,11 +58,11 @@ def online_softmax_states(q: Tensor, k: Tensor, v: Tensor, block_size: int, *,
     Shapes:
         q (..., L, D), k (..., S, D), v (..., S, Dv) -> states, output (..., L, Dv)
     """
-    _, scale = check.attention_call("online_softmax_states", q, k, v, None, None, False, scale, 0.0)
+    check.attention_call("online_softmax_states", q, k, v, None, None, False, scale, 0.0)
     check.positive_int("online_softmax_states", "block_size", block_size)
     out_dtype = q.dtype
-    if out_dtype in (torch.float16, torch.bfloat16):  # as tiled_attention: accumulate in fp32
-        q, k, v = q.float(), k.float(), v.float()
+    q, k, v = upcast(q), upcast(k), upcast(v)  # as tiled_attention: fp16/bf16 in fp32
+    scale = 1.0 / math.sqrt(q.shape[-1] or 1) if scale is None else scale  # as tiled_attention
     S = k.shape[-2]
     qs = q * scale  # (..., L, D), scaled once, as tiled_attention does
     m = torch.full((*qs.shape[:-1], 1), torch.finfo(qs.dtype).min, dtype=qs.dtype)  # (..., L, 1)

@@ -8,7 +8,7 @@ are the decoder's positions and whose keys and values are the memory, with the s
 masked on the keys (the key mask's grid), then an MLP.
 
 Shapes:
-    src (B, S), src_key_mask (B, S), tgt_in (B, L) -> memory (B, S, E), logits (B, L, V);
+    src (B, S), key_mask (B, S), tgt_in (B, L) -> memory (B, S, E), logits (B, L, V);
     weights: self (B, H, L, L), cross (B, H, L, S) per decoder layer
 """
 
@@ -30,11 +30,11 @@ PAD = Style("#f2f2f2", name="padding / no weight")  # light: a key that gets non
 
 
 @torch.no_grad()
-def draw_transformer_encoder_decoder(model: EncoderDecoder, src: Tensor, src_key_mask: Tensor, tgt_in: Tensor, *,
+def draw_transformer_encoder_decoder(model: EncoderDecoder, src: Tensor, key_mask: Tensor, tgt_in: Tensor, *,
                                      item: int = 0, title: str | None = None) -> tuple[Figure, Description]:
     """Draw ``model`` (an :class:`attnbook.models.encoder_decoder.EncoderDecoder`) on one real batch.
 
-    The model runs ``model(src, src_key_mask, tgt_in, need_weights=True)`` in eval mode; the
+    The model runs ``model(src, key_mask, tgt_in, need_weights=True)`` in eval mode; the
     shapes drawn are those of its tensors. The decoder's self-attention grid is batch item
     ``item``: True where some head of some decoder layer gave the key a weight above 0.
 
@@ -47,19 +47,19 @@ def draw_transformer_encoder_decoder(model: EncoderDecoder, src: Tensor, src_key
         cross-attention row sums to 1``.
 
     Shapes:
-        src (B, S), src_key_mask (B, S), tgt_in (B, L) -> logits (B, L, V)
+        src (B, S), key_mask (B, S), tgt_in (B, L) -> logits (B, L, V)
     """
     where = "draw_transformer_encoder_decoder"
     if not isinstance(model, EncoderDecoder):
         raise TypeError(f"{where}: `model` must be an EncoderDecoder; got {type(model).__name__}")
-    if not isinstance(src_key_mask, Tensor) or src_key_mask.dtype != torch.bool:
-        raise TypeError(f"{where}: `src_key_mask` must be a bool tensor (B, S), True on real tokens; got "
-                        f"{getattr(src_key_mask, 'dtype', type(src_key_mask).__name__)}")
+    if not isinstance(key_mask, Tensor) or key_mask.dtype != torch.bool:
+        raise TypeError(f"{where}: `key_mask` must be a bool tensor (B, S), True on real tokens; got "
+                        f"{getattr(key_mask, 'dtype', type(key_mask).__name__)}")
     was_training = model.training
     model.eval()
     try:
-        logits, attentions = model(src, src_key_mask, tgt_in, need_weights=True)  # (B, L, V)
-        memory, _ = model.encode(src, src_key_mask)  # (B, S, E)
+        logits, attentions = model(src, key_mask, tgt_in, need_weights=True)  # (B, L, V)
+        memory, _ = model.encode(src, key_mask)  # (B, S, E)
         src_embedded = model._embed(model.src_embedding, src)  # (B, S, E)
         tgt_embedded = model._embed(model.tgt_embedding, tgt_in)  # (B, L, E)
     finally:
@@ -73,7 +73,7 @@ def draw_transformer_encoder_decoder(model: EncoderDecoder, src: Tensor, src_key
                          "use at most 4 sources of at most 40 tokens and at most 16 target positions")
     self_w, cross_w = attentions.decoder_self, attentions.cross  # layers x (B, H, L, L), layers x (B, H, L, S)
     seen = torch.stack([w[item] for w in self_w]).gt(0).any(0).any(0)  # (L, L): some head gave weight
-    padded = ~src_key_mask[:, None, None, :]  # (B, 1, 1, S)
+    padded = ~key_mask[:, None, None, :]  # (B, 1, 1, S)
 
     def padding_unweighted(weights: list[Tensor]) -> bool:  # layers x (B, H, queries, S)
         return all(bool((w.masked_select(padded.expand_as(w)) == 0).all()) for w in weights)
@@ -101,10 +101,10 @@ def draw_transformer_encoder_decoder(model: EncoderDecoder, src: Tensor, src_key
     # the key mask: one row per source, one cell per key
     cell = (ew / S, min(0.16, 0.4 / B))
     top = y_mask + B * cell[1] / 2
-    canvas.cells("key_mask", (ex - ew / 2, top), cell, src_key_mask.tolist(), {True: REAL, False: PAD},
+    canvas.cells("key_mask", (ex - ew / 2, top), cell, key_mask.tolist(), {True: REAL, False: PAD},
                  meaning={True: "real token", False: "padding"}, symbols={True: "1", False: "."},
                  rows=[f"source {b}" for b in range(B)], cols=[str(j) for j in range(S)])
-    canvas.tensor_label("key_mask", "src_key_mask", ex, top + 0.25, shape=src_key_mask.shape, letters="B, S")
+    canvas.tensor_label("key_mask", "key_mask", ex, top + 0.25, shape=key_mask.shape, letters="B, S")
     # the key mask reaches the encoder's self-attention by a path down the left channel
     x_channel = 0.32
     canvas.ax.plot([ex - ew / 2, x_channel, x_channel], [y_mask, y_mask, y_enc], color=INK, lw=1.0, ls="-")
@@ -145,7 +145,7 @@ def draw_transformer_encoder_decoder(model: EncoderDecoder, src: Tensor, src_key
     facts = {
         "encoder layers": n_enc,
         "decoder layers": n_dec,
-        "padded keys": int((~src_key_mask).sum()),
+        "padded keys": int((~key_mask).sum()),
         "padded keys get encoder self-attention weight 0": padding_unweighted(attentions.encoder),
         "padded keys get cross-attention weight 0": padding_unweighted(cross_w),
         "each cross-attention row sums to 1": rows_sum,
