@@ -32,7 +32,7 @@ NBVAL := PYTHONPATH=tests $(PY) -m pytest -q -p no:cacheprovider -p nbval_meanin
 	--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env
 
 .PHONY: help venv vendor book test unit nbval build browser serve lab execute execute-all bench clean assignments grade
-.PHONY: runnable runnable-filled nbval-runnable lab-source grade-bench
+.PHONY: runnable runnable-filled nbval-runnable lab-source grade-bench lab-venv test-library
 
 help:
 	@echo "make book   - create .venv, install everything, build the website into _build/html"
@@ -70,6 +70,10 @@ book: venv vendor
 unit: venv
 	$(PY) -m pytest -q -n 2 tests --ignore=tests/browser
 
+# The library's own tests (tests/library/): they need torch, pytest and hypothesis, nothing else.
+test-library: venv
+	$(PY) -m pytest -q tests/library
+
 # nbval re-executes every chapter under the profile, two notebooks at a time, and compares each
 # output with the stored one by meaning (tests/nbval_meaning.py).
 nbval: venv
@@ -99,7 +103,13 @@ bench: venv
 # are done. A failure of either fails `make test`, saying which; the browser tests need the build.
 BUILD_LOG := _build/build.log
 test: venv
-	$(MAKE) --no-print-directory unit
+	@mkdir -p _build
+	@echo "make test: the student's environment for the JupyterLab test ($(LAB_VENV)) is made alongside the unit tests"
+	@$(MAKE) --no-print-directory lab-venv >_build/lab-venv.log 2>&1 & lab=$$!; \
+	unit=0; $(MAKE) --no-print-directory unit || unit=$$?; \
+	labenv=0; wait $$lab || labenv=$$?; \
+	[ $$labenv -eq 0 ] || { cat _build/lab-venv.log; echo "make test: making $(LAB_VENV) FAILED"; }; \
+	[ $$unit -eq 0 ] && [ $$labenv -eq 0 ]
 	$(MAKE) --no-print-directory nbval
 	@mkdir -p $(dir $(BUILD_LOG))
 	@echo "make test: the site build runs alongside nbval-runnable (its output: $(BUILD_LOG), shown below)"
@@ -135,6 +145,8 @@ $(LAB_VENV)/.installed: requirements.txt pyproject.toml
 	$(LAB_PY) -m pip install --quiet --disable-pip-version-check -c requirements.txt setuptools
 	$(LAB_PY) -m pip install --quiet --disable-pip-version-check -c requirements.txt --no-build-isolation -e ".[lab]"
 	@touch $@
+
+lab-venv: $(LAB_VENV)/.installed
 
 lab: $(LAB_VENV)/.installed
 	PYTHONPATH=src/bookbuild $(LAB_PY) -m runnable lab --dir $(LAB_DIR) -- $(LAB_ARGS)

@@ -11,6 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnbook.functional import attention
+from attnbook import tiled
+from attnbook.tiled import tiled_attention
 from attnbook_tools import measure
 from attnbook_tools.measure import memory_timeline, peak_memory_bytes, time_call
 
@@ -163,3 +166,21 @@ def test_time_call_checks_its_arguments(raises_naming, kwargs, name, error):
 def test_time_call_returns_positive_seconds():
     t = time_call(lambda: sum(range(1000)), repeats=3)
     assert isinstance(t, float) and t > 0
+
+
+def test_tiled_attention_never_holds_the_score_matrix(monkeypatch):
+    """Doubling L = S quadruples the plain path's peak memory (the L x S scores) but not the tiled
+    path's, which holds O(L) rows plus tiles of a fixed size (made small here, 128 x 128, so that
+    small L shows it)."""
+    monkeypatch.setattr(tiled, "TILE_SCORES", 128 * 128)
+    peaks = {}
+    for L in (1024, 2048):
+        q, k, v = (torch.randn(1, 1, L, 64) for _ in range(3))
+        with torch.inference_mode():
+            plain = peak_memory_bytes(lambda: attention(q, k, v)[0])
+            tiled_peak = peak_memory_bytes(lambda: tiled_attention(q, k, v, block_size=128))
+        assert plain >= L * L * 4  # at least the fp32 scores
+        peaks[L] = plain, tiled_peak
+    assert peaks[2048][1] < 0.25 * 2048 * 2048 * 4, peaks
+    assert peaks[2048][0] > 3.5 * peaks[1024][0], peaks
+    assert peaks[2048][1] < 2.5 * peaks[1024][1], peaks

@@ -8,6 +8,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from attnbook_tools.widgets import interact_on_axes, log_slider, power_of_two_slider, small_multiples  # noqa: E402
 
@@ -208,4 +209,20 @@ def test_a_headless_kernel_stores_the_settings_and_no_live_widget(tmp_path):
     assert nb.cells[2].outputs == []  # the mask editor is live only: nothing stored for the website
 
 
+def test_mask_editor_passes_the_toggled_mask_to_draw(raises_naming):
+    import matplotlib
 
+    matplotlib.use("Agg")
+    from attnbook_tools.widgets import mask_editor
+
+    seen = []
+    widget = mask_editor(torch.randn(2, 3), lambda ax, mask: seen.append(mask))
+    assert seen[-1].all()
+    widget.children[2].children[1].value = False  # query 1 -> key 1 off
+    expected = torch.ones(2, 3, dtype=torch.bool)
+    expected[1, 1] = False
+    assert torch.equal(seen[-1], expected)
+    with raises_naming(ValueError, "scores", "(3,)"):
+        mask_editor(torch.randn(3), lambda ax, mask: None)
+    with raises_naming(ValueError, "initial", "(2, 3)"):
+        mask_editor(torch.randn(2, 3), lambda ax, mask: None, initial=torch.ones(3, 3, dtype=torch.bool))

@@ -441,26 +441,6 @@ def test_causal_self_attention_bad_inputs(raises_naming):
         CausalSelfAttention(E, H, backend="sdpa")(torch.randn(1, 2, E), need_weights=True)
 
 
-# ----------------------------------------------------------------------------- the mask editor (chapter 7)
-def test_mask_editor_passes_the_toggled_mask_to_draw(raises_naming):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from attnbook_tools.widgets import mask_editor
-
-    seen = []
-    widget = mask_editor(torch.randn(2, 3), lambda ax, mask: seen.append(mask))
-    assert seen[-1].all()
-    widget.children[2].children[1].value = False  # query 1 -> key 1 off
-    expected = torch.ones(2, 3, dtype=torch.bool)
-    expected[1, 1] = False
-    assert torch.equal(seen[-1], expected)
-    with raises_naming(ValueError, "scores", "(3,)"):
-        mask_editor(torch.randn(3), lambda ax, mask: None)
-    with raises_naming(ValueError, "initial", "(2, 3)"):
-        mask_editor(torch.randn(2, 3), lambda ax, mask: None, initial=torch.ones(3, 3, dtype=torch.bool))
-
-
 def test_inference_path_equals_training_path():
     """Without autograd the math backend normalises in place; it must give the same numbers."""
     _, ours = make_pair()
