@@ -94,7 +94,7 @@ def expand_key_mask(key_mask: Tensor, ndim: int = 3) -> Tensor:
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:
-    """The one rule for combining masks: a key blocked by any mask stays blocked.
+    """The one rule for combining masks: a key blocked by a boolean mask or a -inf stays blocked.
 
     * ``None`` means "no restriction" and is skipped; all None gives None.
     * Bool masks (True = may attend) combine with AND; if every mask is bool, so is the result.
