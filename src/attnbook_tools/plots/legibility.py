@@ -10,6 +10,10 @@ be smaller than :data:`MIN_TEXT_PT` on the page, every pair of texts that overla
 of labelled series that differ only in hue; :func:`attnbook_tools.notebook.glue` stores that report with
 each figure (:func:`figure_report`), and the book's tests require it to be empty.
 :func:`legibility_problems` adds, for a figure placed by hand, every text that runs off it.
+
+On a phone (390 CSS pixels) a figure is shrunk further, to at most :data:`PHONE_FIGURE_WIDTH_PX`.
+The report keeps the figure's :func:`smallest_text`; tests/browser/test_small_screens.py scales it to
+the width the figure is shown at (:func:`shown_text_px`) and requires :data:`MIN_PHONE_TEXT_PX`.
 """
 
 from __future__ import annotations
