@@ -211,10 +211,10 @@ def test_figure_text_is_legible_on_a_phone(visit_phone, name):
     here = lambda outcome: str(outcome).replace("tests/chapter_debts.py", "tests/browser/phone_debts.py")  # noqa: E731
     try:
         settle("phone-figures", entry, phone_figure_violations(name, images))
+    except pytest.xfail.Exception as expected:  # a subclass of pytest.fail's: first
+        pytest.xfail(here(expected))
     except pytest.fail.Exception as failure:
         pytest.fail(here(failure), pytrace=False)
-    except pytest.xfail.Exception as expected:
-        pytest.xfail(here(expected))
 
 
 def test_screenshots_at_both_widths(visit, visit_phone):
@@ -228,3 +228,18 @@ def test_screenshots_at_both_widths(visit, visit_phone):
         shot = SCREENSHOTS / f"{stem}{suffix}.png"
         assert shot.is_file(), shot
         assert int.from_bytes(shot.read_bytes()[16:20], "big") == viewport["width"], f"{shot} is not {viewport}"
+
+
+def test_phone_text_from_a_report():
+    """Measured: the smallest text scaled to the shown width. Stored before the measurement: the
+    desktop guarantee (8 CSS pt at page_px) scaled the same way, which is only a lower bound."""
+    measured = {"png_px": [600, 300], "page_px": 600, "problems": [],
+                "smallest_text": {"png_px": 15.0, "role": "tick label", "text": "0.5"}}
+    assert phone_text(measured, 342, 600) == (pytest.approx(15.0 * 342 / 600), True)
+    old = {"png_px": [600, 300], "page_px": 600, "problems": []}
+    assert phone_text(old, 342, 600) == (pytest.approx(8 * 4 / 3 * 342 / 600), False)  # 6.1: not enough
+    small = {"png_px": [400, 300], "page_px": 400, "problems": []}
+    size, is_measured = phone_text(small, 342, 400)
+    assert not is_measured and size >= MIN_PHONE_TEXT_PX  # 9.1: the bound is enough
+    assert phone_text({**old, "problems": ["tick label ..."]}, 342, 600) == (None, False)
+    assert phone_text(None, 342, 600) == (None, False)
