@@ -11,7 +11,7 @@ fig-06-qkv, fig-08-qkv, fig-08-split, fig-08-block, fig-08b-pre-norm, fig-08b-po
 fig-08c-architecture, fig-09-online-softmax, fig-09-kv-cache) have 8-point labels
 (canvas.SMALL_POINTS) in a 608-pixel PNG: 6.25 px on a phone, a real failure. The package's charts at
 the book's style (11-point ticks and legends, 624 px wide) give 8.4 px and pass; figures that set a
-smaller font in the chapter (fontsize=8 in chapters 3 and 8) will not. Executing a chapter again
+smaller font in the chapter (fontsize=8 in chapters 3 and 8) likely do not (not measured). Executing a chapter again
 stores the measurement and turns its bounds into exact numbers."""
 
 PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
