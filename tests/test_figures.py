@@ -181,3 +181,32 @@ def test_figure_report_matches_the_stored_png():
     width, height = plots.png_size(plots.png_bytes(fig))
     assert report["png_px"] == [width, height] and report["page_px"] == min(width, plots.PAGE_FIGURE_WIDTH_PX)
     assert report["problems"] == []
+
+
+def test_smallest_text_is_stored_and_scales_with_the_shown_width():
+    """The report keeps the smallest text's font size in the PNG's pixels, which the website's phone
+    layout test (tests/browser/test_small_screens.py) scales to the width the figure is shown at."""
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.plot([0, 1], [0, 1], label="a line")
+    ax.set(title="title", xlabel="x", ylabel="y")
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=9)
+    report = plots.figure_report(fig)
+    smallest = report["smallest_text"]
+    assert smallest["role"] == "tick label" and smallest["png_px"] == pytest.approx(7 * 100 / 72, abs=1e-3)
+    width = report["png_px"][0]
+    assert legibility.shown_text_px(report, width) == pytest.approx(7 * 100 / 72, abs=1e-3)
+    assert legibility.shown_text_px(report, width / 2) == pytest.approx(7 * 100 / 72 / 2, abs=1e-3)
+    assert legibility.shown_text_px({"png_px": [width, 1]}, 300) is None  # a report stored before the measurement
+
+
+def test_smallest_text_skips_hidden_texts():
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([0, 1], [0, 1])
+    ax.text(0.5, 0.5, "tiny and hidden", fontsize=3, visible=False)
+    ax.tick_params(labelsize=9)
+    ax.set_title("t", fontsize=12)
+    ax.set(xlabel="x", ylabel="y")
+    ax.xaxis.label.set_fontsize(10)
+    ax.yaxis.label.set_fontsize(10)
+    assert legibility.smallest_text(fig)["png_px"] == pytest.approx(9 * 100 / 72, abs=1e-3)

@@ -116,3 +116,131 @@ def test_config_loads_the_extensions():
     assert {"controls", "book_pages"} <= set(config["sphinx"]["local_extensions"])
     assert config["sphinx"]["config"]["html_context"]["default_mode"] == "auto"
     assert Path(ROOT / "src" / "site-assets" / "web" / "attnbook-controls.js").is_file()
+
+
+# --- exercises (src/site-assets/exercises.py) ----------------------------------------------------
+
+import exercises  # noqa: E402
+
+SOLUTION_META = {"nbgrader": {"grade": False, "grade_id": "demo-solution", "locked": False, "schema_version": 3,
+                              "solution": True, "task": False}, "tags": ["hide-input"]}
+TEST_META = {"nbgrader": {"grade": True, "grade_id": "demo-test", "locked": True, "points": 1, "schema_version": 3,
+                          "solution": False, "task": False}}
+IMPORT_META = {"nbgrader": {"grade": False, "grade_id": "demo-import", "locked": True, "schema_version": 3,
+                            "solution": False, "task": False}}
+TASK_DATA_META = {"nbgrader": {"grade": False, "grade_id": "demo-data", "locked": True, "schema_version": 3,
+                               "solution": False, "task": False}}
+
+
+def _exercise_notebook():
+    import nbformat
+
+    v4 = nbformat.v4
+    stdout = lambda text: v4.new_output("stream", name="stdout", text=text)  # noqa: E731
+    passed = lambda part: v4.new_output("display_data", data={  # noqa: E731
+        "text/plain": f"demo (part '{part}'): passed, 1/1"})
+    nb = v4.new_notebook(cells=[
+        v4.new_markdown_cell("# 3. Demo\n\n## Exercises\n\n### Exercise 3.1: double\n\nWrite `my_double(x)`."),
+        v4.new_code_cell("from attnbook_classroom.grading import check", metadata=IMPORT_META, execution_count=1),
+        v4.new_code_cell("table = [1, 2, 3]  # the task's data", metadata=TASK_DATA_META, execution_count=2),
+        v4.new_code_cell("def my_double(x):\n    \"\"\"Twice x.\"\"\"\n    ### BEGIN SOLUTION\n    answer_line = 2 * x\n"
+                         "    return answer_line\n    ### END SOLUTION\n\nprint('the answer is', my_double(21))",
+                         metadata=SOLUTION_META, execution_count=3, outputs=[stdout("the answer is 42\n")]),
+        v4.new_code_cell('check("demo", my_double, part="values").assert_passed()\n### BEGIN HIDDEN TESTS\n'
+                         'check("demo", my_double, part="values", hidden=True).assert_passed()\n'
+                         '### END HIDDEN TESTS', metadata=TEST_META, execution_count=4, outputs=[passed("values")]),
+        v4.new_code_cell("seen = {'x'}\n### BEGIN SOLUTION\nseen = {'y'}\n### END SOLUTION",
+                         metadata={**SOLUTION_META, "tags": [],
+                                   "mystnb": {"code_prompt_show": "Compare", "code_prompt_hide": "Fold"}},
+                         execution_count=5, outputs=[v4.new_output("execute_result", data={"text/plain": "stored answer: y"},
+                                                                   execution_count=5)]),
+        v4.new_code_cell("print('an ordinary cell')", execution_count=6, outputs=[stdout("an ordinary cell\n")]),
+    ])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    return nb
+
+
+EXERCISE_CONF = """
+import sys
+sys.path.insert(0, {assets!r})
+extensions = ["myst_nb", "exercises", "book_pages"]
+nb_execution_mode = "off"
+nb_ipywidgets_js = {{}}
+html_theme = "basic"
+exclude_patterns = ["_build"]
+"""
+
+
+@pytest.fixture(scope="module")
+def exercise_page(tmp_path_factory) -> str:
+    import subprocess
+    import textwrap
+
+    import nbformat
+
+    where = tmp_path_factory.mktemp("exercises")
+    source = where / "source"
+    (source / "chapters").mkdir(parents=True)
+    (source / "conf.py").write_text(EXERCISE_CONF.format(assets=str(ROOT / "src" / "site-assets")))
+    (source / "index.md").write_text(textwrap.dedent("""\
+        # Demo book
+
+        ```{toctree}
+        chapters/03_demo
+        ```
+        """))
+    nbformat.write(_exercise_notebook(), source / "chapters" / "03_demo.ipynb")
+    subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q", "-E", str(source), str(where / "html")],
+                   check=True, cwd=where)
+    return (where / "html" / "chapters" / "03_demo.html").read_text()
+
+
+def _text(page: str) -> str:
+    """The page's text, without tags (highlighted code is split into spans)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", page))
+
+
+def test_exercise_page_shows_no_grading(exercise_page):
+    text = _text(exercise_page)
+    for gone in ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS", "passed, ", "check(", "hidden=True",
+                 "attnbook_classroom"):
+        assert gone not in text, f"{gone!r} is on the page"
+    assert "Write my_double(x)." in text  # the task stays
+    assert "table = [1, 2, 3]" in text  # and a read-only cell it needs
+
+
+def test_solutions_are_folded_without_markers_or_outputs(exercise_page):
+    text = _text(exercise_page)
+    assert "the answer is 42" not in text and "stored answer" not in text  # no answer printed unasked
+    folds = re.findall(r'<details class="[^"]*\bhide above-input\b[^"]*">.*?</details>', exercise_page, re.DOTALL)
+    assert len(folds) == 2, folds
+    first, second = (_text(fold) for fold in folds)
+    assert "Show the solution" in first and "Hide the solution" in first
+    assert "def my_double(x):\n    \"\"\"Twice x.\"\"\"\n    answer_line = 2 * x\n    return answer_line\n\n" in first
+    assert "Compare" in second and "seen = {'x'}\nseen = {'y'}" in second  # its own prompt
+    assert "an ordinary cell" in text  # other cells keep their outputs
+
+
+@pytest.mark.parametrize("source,shown", [
+    ("a = 1\n### BEGIN SOLUTION\nb = 2\n### END SOLUTION\n", "a = 1\nb = 2"),
+    ("def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION", "def f():\n    return 1"),
+    ("x()\n### BEGIN HIDDEN TESTS\ny()\n### END HIDDEN TESTS\nz()", "x()\nz()"),
+    ("# ### BEGIN SOLUTION is a marker\nq = 1", "# ### BEGIN SOLUTION is a marker\nq = 1"),  # not a marker line
+])
+def test_without_markers(source, shown):
+    assert exercises.without_markers(source) == shown
+
+
+@pytest.mark.parametrize("metadata,source,role", [
+    (SOLUTION_META, "x = 1", "solution"),
+    (TEST_META, "check('a', f)", "grading"),
+    (IMPORT_META, "from attnbook_classroom.grading import check", "grading"),
+    (TASK_DATA_META, "table = [1]", None),
+    (TASK_DATA_META, "from attnbook_classroom.grading import choices\n\nprint(choices)", None),  # sets the task
+    (IMPORT_META, "# the grader\nimport attnbook_classroom.grading", "grading"),
+    ({"tags": ["hide-input"]}, "# Check: x\nassert x", None),
+    ({}, "from attnbook_classroom.grading import check", None),  # not nbgrader's: not this extension's business
+])
+def test_nbgrader_role(metadata, source, role):
+    assert exercises.nbgrader_role(metadata, source) == role

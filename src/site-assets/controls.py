@@ -198,4 +198,7 @@ def setup(app):
     app.connect("doctree-read", transform_page)
     app.add_css_file("attnbook-site.css")
     app.add_js_file("attnbook-controls.js", defer="defer")
+    # the site's styles (attnbook-site.css) are the controls' and the page's: inline maths too wide
+    # for a phone's line scrolls in its own box
+    app.add_js_file("attnbook-maths.js", defer="defer")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -5,6 +5,10 @@ own path (``chapters/<name>.ipynb``: the source, with its solutions). For every 
 runnable edition (``chapters/runnable/<name>.ipynb``, made by ``python -m runnable build``)
 this points the launch links at that file in the repository, and the download button at a copy of
 it served with the site (``_downloads/runnable/<name>.ipynb``). Pages without one are left alone.
+
+Sphinx also copies each page's source into ``_sources/``: for a chapter, the notebook with its
+solutions and nbgrader's hidden tests. No button leads there any more, and the website shows no
+hidden test (src/site-assets/exercises.py), so those copies are deleted.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ def _copy_downloads(app, exception) -> None:
         edition = runnable_edition(app.srcdir, docname)
         if edition is not None:
             shutil.copyfile(edition, target / edition.name)
+            (Path(app.outdir) / "_sources" / f"{docname}.ipynb").unlink(missing_ok=True)
 
 
 def setup(app):

@@ -4,6 +4,8 @@ Every page is loaded once (the `visit` fixture caches it) with every request out
 server blocked and recorded, every console error and failed response recorded, maths typeset and
 widgets rendered before the page is looked at; a screenshot of its first screen goes to
 _build/screenshots/ (of the whole page with FULL_SCREENSHOTS=1, which adds about 3 s a page).
+`visit` loads pages in a 1280-pixel window, `visit_phone` in a phone's 390 (screenshots
+named ...@390.png).
 
 Chromium is Debian's (/usr/bin/chromium, `apt-get install -y chromium`), driven by the Python
 `playwright` package; `playwright install` is never needed. Without it these tests are skipped,
@@ -24,6 +26,7 @@ from site_pages import (
     IN_CI,
     INSTALL_HINT,
     KNOWN_CONSOLE_NOISE,
+    PHONE,
     SCREENSHOTS,
     SITE,
     TIMEOUT_MS,
@@ -93,9 +96,8 @@ def blocked() -> list[str]:
     return []
 
 
-@pytest.fixture(scope="session")
-def browser_context(browser, base_url, blocked):
-    context = browser.new_context(viewport=VIEWPORT, service_workers="block")
+def _new_context(browser, base_url, blocked, viewport):
+    context = browser.new_context(viewport=viewport, service_workers="block")
     context.set_default_timeout(TIMEOUT_MS)
 
     def route(route):
@@ -106,6 +108,20 @@ def browser_context(browser, base_url, blocked):
             route.abort("blockedbyclient")
 
     context.route("**/*", route)
+    return context
+
+
+@pytest.fixture(scope="session")
+def browser_context(browser, base_url, blocked):
+    context = _new_context(browser, base_url, blocked, VIEWPORT)
+    yield context
+    context.close()
+
+
+@pytest.fixture(scope="session")
+def phone_context(browser, base_url, blocked):
+    """A window as wide as a phone's screen (PHONE: 390 CSS pixels)."""
+    context = _new_context(browser, base_url, blocked, PHONE)
     yield context
     context.close()
 
@@ -139,9 +155,9 @@ def _settle(page) -> None:
     page.wait_for_timeout(150)  # late console messages of the widget manager
 
 
-@pytest.fixture(scope="session")
-def visit(browser_context, base_url, blocked):
-    """visit('chapters/x.html') -> PageReport; each page is loaded once per session."""
+def _visitor(context, base_url, blocked, screenshot_suffix: str):
+    """(load, reports): load('chapters/x.html') -> PageReport, each page loaded once in ``context``;
+    the first screen's screenshot is named after the page, plus ``screenshot_suffix``."""
     reports: dict[str, PageReport] = {}
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
@@ -149,7 +165,7 @@ def visit(browser_context, base_url, blocked):
         if name in reports:
             return reports[name]
         url = base_url + name
-        page = browser_context.new_page()
+        page = context.new_page()
         report = PageReport(name=name, url=url, page=page)
         blocked_before = len(blocked)
 
@@ -189,11 +205,29 @@ def visit(browser_context, base_url, blocked):
             report.failed.append(f"{response.status if response else 'no response'} {url}")
         _settle(page)
         report.outside = blocked[blocked_before:]
-        shot = SCREENSHOTS / (name.removesuffix(".html").replace("/", "__") + ".png")
+        shot = SCREENSHOTS / (name.removesuffix(".html").replace("/", "__") + screenshot_suffix + ".png")
         page.screenshot(path=str(shot), full_page=os.environ.get("FULL_SCREENSHOTS") == "1")
         reports[name] = report
         return report
 
+    return load, reports
+
+
+@pytest.fixture(scope="session")
+def visit(browser_context, base_url, blocked):
+    """visit('chapters/x.html') -> PageReport in a 1280-pixel window; each page is loaded once per
+    session (screenshot: _build/screenshots/chapters__x.png)."""
+    load, reports = _visitor(browser_context, base_url, blocked, "")
+    yield load
+    for report in reports.values():
+        report.page.close()
+
+
+@pytest.fixture(scope="session")
+def visit_phone(phone_context, base_url, blocked):
+    """visit_phone('chapters/x.html') -> PageReport in a phone-wide window (390 CSS pixels); each
+    page is loaded once per session (screenshot: _build/screenshots/chapters__x@390.png)."""
+    load, reports = _visitor(phone_context, base_url, blocked, f"@{PHONE['width']}")
     yield load
     for report in reports.values():
         report.page.close()

@@ -31,6 +31,7 @@ FLAGS = [
     "--disable-sync",
 ]
 VIEWPORT = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}  # a phone's screen in CSS pixels (iPhone 12 to 15)
 TIMEOUT_MS = 15_000
 
 sys.path.insert(0, str(ROOT / "tests"))

@@ -10,6 +10,10 @@ be smaller than :data:`MIN_TEXT_PT` on the page, every pair of texts that overla
 of labelled series that differ only in hue; :func:`attnbook_tools.notebook.glue` stores that report with
 each figure (:func:`figure_report`), and the book's tests require it to be empty.
 :func:`legibility_problems` adds, for a figure placed by hand, every text that runs off it.
+
+On a phone (390 CSS pixels) a figure is shrunk further, to at most :data:`PHONE_FIGURE_WIDTH_PX`.
+The report keeps the figure's :func:`smallest_text`; tests/browser/test_small_screens.py scales it to
+the width the figure is shown at (:func:`shown_text_px`) and requires :data:`MIN_PHONE_TEXT_PX`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from matplotlib.figure import Figure
 
 __all__ = [
     "PAGE_FIGURE_WIDTH_PX", "FIGURE_DPI", "PNG_PAD_INCHES", "COLUMN_INCHES", "MIN_TEXT_PT", "png_bytes", "png_size",
-    "figure_problems", "figure_report", "legibility_problems",
+    "figure_problems", "figure_report", "legibility_problems", "smallest_text", "MIN_PHONE_TEXT_PX", "PHONE_FIGURE_WIDTH_PX",
+    "shown_text_px",
 ]
 
 # The widest a figure is shown on the website, in CSS pixels: the article column of the narrowest
@@ -40,6 +45,11 @@ PNG_PAD_INCHES = 0.1  # the margin a stored PNG keeps around the figure's conten
 COLUMN_INCHES = PAGE_FIGURE_WIDTH_PX / FIGURE_DPI - 2 * PNG_PAD_INCHES
 MIN_TEXT_PT = 8.0  # smallest text size on the page, in CSS points (1 pt = 1/72 in = 4/3 CSS px)
 _CSS_PX_PER_INCH = 96.0
+# On a phone (a 390-pixel screen) a figure is shrunk to the column (tests/browser/test_small_screens.py
+# measures it); its smallest text must still be this many CSS pixels high (its font size).
+MIN_PHONE_TEXT_PX = 8.0
+# The widest a figure is shown on such a phone, in CSS pixels, measured in Chromium.
+PHONE_FIGURE_WIDTH_PX = 342  # the article less its margins and the figure's own (not 358)
 MIN_LIGHTNESS_GAP = 20.0  # CIE L*: two fills this far apart stay apart in greyscale
 
 
@@ -227,9 +237,35 @@ def figure_problems(
     return problems
 
 
+def smallest_text(fig: Figure) -> dict | None:
+    """The smallest text of ``fig`` as the notebook stores it: ``{"png_px": its font size in the
+    stored PNG's pixels, "role": tick label, axis label, title, legend or text, "text": the text}``;
+    None for a figure without text. Shown ``w`` CSS pixels wide, a PNG ``W`` pixels wide shows that
+    text ``png_px * w / W`` CSS pixels high (:func:`shown_text_px`)."""
+    with _layout_kept(fig):
+        fig.canvas.draw()
+    found = None
+    for text, role, _box in _texts(fig, fig.canvas.get_renderer()):
+        size = text.get_fontsize() * fig.dpi / 72.0
+        if found is None or size < found["png_px"]:
+            found = {"png_px": round(size, 3), "role": role, "text": text.get_text()[:40]}
+    return found
+
+
+def shown_text_px(report: dict, shown_width: float) -> float | None:
+    """The font size, in CSS pixels, of a figure's smallest text when its stored PNG is shown
+    ``shown_width`` CSS pixels wide; ``report`` is a :func:`figure_report`. None when the report
+    was stored before it measured the smallest text, or the figure has none."""
+    smallest = report.get("smallest_text")
+    if not smallest:
+        return None
+    return smallest["png_px"] * shown_width / report["png_px"][0]
+
+
 def figure_report(fig: Figure, width_px: float = PAGE_FIGURE_WIDTH_PX, png: bytes | None = None) -> dict:
     """What :func:`attnbook_tools.notebook.glue` stores with a figure: its stored width, the width it is
-    shown at on the website, and :func:`figure_problems`. ``png``: the figure's
+    shown at on the website, :func:`figure_problems`, and its :func:`smallest_text` (for the
+    website's phone layout, where the figure is shrunk further). ``png``: the figure's
     :func:`png_bytes`, when the caller has them already."""
     png_width, png_height = png_size(png if png is not None else png_bytes(fig))
     return {
@@ -237,6 +273,7 @@ def figure_report(fig: Figure, width_px: float = PAGE_FIGURE_WIDTH_PX, png: byte
         "page_px": min(png_width, width_px),
         "min_pt": MIN_TEXT_PT,
         "problems": figure_problems(fig, width_px, png_width=png_width),
+        "smallest_text": smallest_text(fig),
     }
 
 
