@@ -56,10 +56,31 @@ def course_folder(tmp_path_factory):
     return root
 
 
+TOKEN = "attnbook-test-token-5c1e"  # in the grading process's environment while the hostile run is graded
+
+# What a cell reads of the grading process (every /proc/<pid>/environ, the supervisor's pipes) or
+# writes outside the private /tmp; each raises with what it saw, so the verdict carries it.
+SNOOPING = [
+    "import glob\nseen = b''\nfor p in glob.glob('/proc/[0-9]*/environ'):\n    try:\n        seen += open(p, 'rb').read()\n"
+    "    except OSError as exc:\n        seen += str(exc).encode()\nraise RuntimeError(repr(seen))",
+    "import os\nopened = []\nfor fd in os.listdir('/proc/1/fd'):\n    try:\n        os.open('/proc/1/fd/' + fd, os.O_WRONLY)\n"
+    "        opened.append(fd)\n    except OSError:\n        pass\nraise RuntimeError(f'opened {opened}')",
+    "open('/dev/shm/x', 'wb').write(b'x')",
+    "open('/dev/x', 'wb').write(b'x')",
+    "open('/x', 'wb').write(b'x')",
+    "for i in range(6):\n    open(f'/tmp/fill{i}', 'wb').write(b'x' * (15 << 20))",
+    "import os\nos.memfd_create('hidden')",
+    "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    "raise RuntimeError(f'shmget {libc.shmget(0, 1 << 30, 0o1777)} errno {ctypes.get_errno()}')",
+    "import os, signal\nos.kill(1, signal.SIGINT)\nos.kill(1, signal.SIGKILL)",
+    "import os\nos.execv('/bin/sh', ['sh', '-c', 'true'])",
+]
+
+
 @pytest.fixture(scope="module")
 def hostile_run(course_folder):
     root = str(course_folder)
-    cells = [
+    cells = SNOOPING + [
         "import os, socket, torch",
         f"secret = open({root + '/course_secret'!r}).read()",
         f"open({root + '/pwned.txt'!r}, 'w').write('x')",
@@ -106,9 +127,33 @@ def hostile_run(course_folder):
     after = notebook(["import torch\ndef good(L, S):\n    return torch.ones(L, S, dtype=torch.bool).tril(S - L)"],
                      {"a1": 'check("causal_mask", good, part="square")'})
     subs = [submission(hostile), submission(killer), submission(after)]
-    with Sandbox([course_folder]) as sandbox:
-        verdicts = grade_in_sandbox(subs, sandbox=sandbox)
+    os.environ["ATTNBOOK_TEST_TOKEN"] = TOKEN
+    try:
+        with Sandbox([course_folder]) as sandbox:
+            verdicts = grade_in_sandbox(subs, sandbox=sandbox)
+    finally:
+        del os.environ["ATTNBOOK_TEST_TOKEN"]
     return hostile, verdicts
+
+
+def test_nothing_of_the_grading_process_is_reachable_and_only_tmp_is_writable(hostile_run):
+    """The environment of the grading process (and of bubblewrap) never reaches the sandbox; the
+    sandbox's process 1 is the runner, whose pipes a worker cannot open and which ignores its
+    signals; /dev/shm, /dev and / are read-only; /tmp is capped; memory no limit counts (memfd,
+    System V shared memory) and exec are refused."""
+    nb, (verdicts, _, _) = hostile_run
+    errors = [verdicts.cells.get(i) for i in range(len(SNOOPING))]
+    environ, pipes, shm, dev, root, fill, memfd, shmget, signals, execv = errors
+    assert TOKEN not in environ and "PATH=/usr/bin:/bin" in environ, environ  # the runner's own, set here
+    assert "Permission denied: '/proc/1/environ'" in environ  # process 1 is the runner, not dumpable
+    assert pipes == "RuntimeError: opened []", pipes
+    for error in (shm, dev, root):
+        assert error.startswith("OSError") and "Read-only file system" in error, error
+    assert "No space left on device" in fill, fill
+    assert memfd.startswith("PermissionError") and execv.startswith("PermissionError"), (memfd, execv)
+    assert shmget == "RuntimeError: shmget -1 errno 1", shmget
+    assert signals is None or "ProcessEnded" not in signals  # the runner survived SIGINT and SIGKILL
+    assert not any(TOKEN in text for text in verdicts.cells.values())
 
 
 def test_hostile_cells_cannot_reach_the_course_the_network_or_new_processes(hostile_run, course_folder):
@@ -153,10 +198,11 @@ def test_endless_loops_huge_results_and_memory_bombs_lose_only_their_own_tests(h
     assert any("timeout" in m for m in verdicts.failures())
 
 
-def test_killing_the_grading_process_loses_only_that_submission(hostile_run):
+def test_killing_the_grading_process_changes_nothing(hostile_run):
+    """The runner is the sandbox's process 1: a signal from a worker is ignored."""
     _, (_, killed, after) = hostile_run
-    assert not killed.tests["k1"]["passed"] and not killed.tests["k2"]["passed"]
-    assert after.tests["a1"]["passed"]  # the next submission gets a new sandbox
+    assert not killed.tests["k1"]["passed"] and killed.tests["k2"]["passed"]
+    assert after.tests["a1"]["passed"]
 
 
 def test_hidden_checks_are_seeded_per_student():

@@ -208,9 +208,10 @@ def hostile_bodies(course: pathlib.Path) -> dict[str, tuple[str, str]]:
         "step": (f"open({str(course / 'pwned.txt')!r}, 'w').write('x')", "FileNotFoundError"),
         # the package's answer, and a table of the visible answers
         "causal": ("from attnbook.masks import causal_mask\n    return causal_mask(L, S)", "not available"),
-        # end the process that runs the code, then kill the one that grades the notebook
+        # end the process that runs the code; kill the sandbox's process 1 (ignored: the module,
+        # left without its layers, is graded as it is)
         "split": ("import os\n    os._exit(1)", "ended the process"),
-        "module": ("import os; os.kill(os.getppid(), 9)", "stopped before this test ran"),
+        "module": ("import os; os.kill(os.getppid(), 9)", "registered parameters"),
     }
 
 

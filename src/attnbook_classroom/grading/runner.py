@@ -144,6 +144,8 @@ def worker(job: dict, skip: set[int], first: int, fd: int) -> None:
         _limit(resource.RLIMIT_FSIZE, FILE_SIZE)
         _limit(resource.RLIMIT_NOFILE, 64)
         _limit(resource.RLIMIT_CORE, 0)
+        _limit(resource.RLIMIT_MSGQUEUE, 0)
+        _limit(resource.RLIMIT_MEMLOCK, 0)
         block(job["blocks"])
         forbid_new_processes()
         namespace = {"__name__": "__main__", "__builtins__": builtins, "get_ipython": _NoIPython,
@@ -277,6 +279,10 @@ def _watch(pid, fd, out, checks, cell_limit, end, done):
 
 
 def main() -> None:
+    # The sandbox's process 1 ignores every signal it has no handler for, when it comes from inside
+    # the sandbox (a worker's os.kill(1, SIGKILL) does nothing); Python's own handler for SIGINT
+    # would let a worker raise KeyboardInterrupt here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     out, jobs = os.dup(1), os.dup(0)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):

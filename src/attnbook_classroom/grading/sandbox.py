@@ -41,6 +41,7 @@ SYSTEM = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "MPLBACKEND": "Agg",
        "MPLCONFIGDIR": "/tmp/matplotlib", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
        "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+TMP_SIZE = 64 << 20  # bytes: the sandbox's private /tmp, its only writable file system
 INSTALL_HINT = ("Grading runs each student's code in a bubblewrap sandbox and refuses to grade without "
                 "one. Install it (Debian/Ubuntu: `sudo apt-get install bubblewrap`) on a Linux kernel "
                 "that lets users create user namespaces (Debian's default; on Ubuntu 24.04 and later, "
@@ -75,15 +76,21 @@ def bwrap_command(forbidden: list[str | os.PathLike] = ()) -> list[str]:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxUnavailable("bubblewrap (`bwrap`) is not installed. " + INSTALL_HINT)
+    # --as-pid-1: the runner is the sandbox's process 1 (bubblewrap's own reaper would hold the
+    # grader's pipes and, as process 1, show its environment at /proc/1/environ).
     args = [bwrap, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
-            "--disable-userns", "--die-with-parent", "--new-session", "--clearenv"]
+            "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv"]
     if os.geteuid() == 0:
         args += ["--cap-drop", "ALL"]
     for key, value in ENV.items():
         args += ["--setenv", key, value]
     # A private /tmp first: the read-only views below may lie under /tmp (a clone in /tmp/...),
     # and a tmpfs mounted after them would hide them.
-    args += ["--dev", "/dev", "--proc", "/proc", "--size", str(64 << 20), "--tmpfs", "/tmp"]
+    # /dev holds the device nodes Python needs; its /dev/shm, which bubblewrap sizes at half the
+    # RAM, is an empty read-only tmpfs of one page here. /dev and the root are made read-only at the
+    # end: the private /tmp of TMP_SIZE bytes is the one writable file system.
+    args += ["--dev", "/dev", "--size", "4096", "--tmpfs", "/dev/shm", "--remount-ro", "/dev/shm",
+             "--proc", "/proc", "--size", str(TMP_SIZE), "--tmpfs", "/tmp"]
     for path in SYSTEM:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
@@ -97,6 +104,7 @@ def bwrap_command(forbidden: list[str | os.PathLike] = ()) -> list[str]:
                     f"The course folder {folder} lies inside {root}, which the sandbox must be able to "
                     "read (Python, its packages or the book's files): put the course folder elsewhere.")
         args += ["--ro-bind", root, root]
+    args += ["--remount-ro", "/dev", "--remount-ro", "/"]
     args += ["--chdir", "/tmp", "--", sys.executable, "-I", "-m", "attnbook_classroom.grading.runner"]
     return args
 
@@ -116,7 +124,7 @@ def check_available(forbidden: list[str | os.PathLike] = ()) -> None:
         raise SandboxUnavailable(_CHECKED[key])
     args = bwrap_command(forbidden)
     probe = args[:args.index("--")] + ["--", sys.executable, "-I", "-c", "import attnbook_classroom.grading.wire"]
-    result = subprocess.run(probe, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(probe, capture_output=True, text=True, timeout=300, env={})
     if result.returncode != 0:
         _CHECKED[key] = (f"bubblewrap could not start a sandbox here ({result.stderr.strip()[:500]}). "
                          + INSTALL_HINT)
@@ -134,9 +142,10 @@ class Sandbox:
 
     def start(self) -> None:
         check_available(self.forbidden)
+        # bubblewrap itself starts with an empty environment: nothing of the grader's crosses.
         self.process = subprocess.Popen(bwrap_command(self.forbidden), stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                        start_new_session=True)
+                                        start_new_session=True, env={})
         frames = self._frames(time.monotonic() + self.ready_timeout)
         first = next(frames, None)
         if first is None or first[0] != b"Y":
