@@ -198,9 +198,9 @@ def hostile_bodies(course: pathlib.Path) -> dict[str, tuple[str, str]]:
         "softmax": ("__import__('attnbook_classroom.grading', fromlist=['x']).Feedback.assert_passed = lambda self: self\n"
                     "    torch.allclose = lambda *a, **k: True\n    torch.equal = lambda *a, **k: True\n"
                     "    return scores", "differs from the reference"),
-        # patch the grader from inside the student's own function
+        # patch the grader from inside the student's own function (it is not in the sandbox)
         "attention": ("import attnbook_classroom.grading.compare as c\n    c.same = lambda *a, **k: True\n"
-                      "    return q", "Your output has shape"),
+                      "    return q", "No module named 'attnbook_classroom.grading.compare'"),
         # read the instructor's source (solutions and hidden tests) into the feedback
         "selfatt": (f"raise RuntimeError(open({str(course / 'source' / NAME / (NAME + '.ipynb'))!r}).read())",
                     "FileNotFoundError"),

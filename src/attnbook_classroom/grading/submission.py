@@ -15,11 +15,13 @@ comparison with the references runs here, in the grader, never in the sandbox.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import os
 import hmac
 import json
 import pathlib
+import time
 from dataclasses import dataclass, field
 
 import nbformat
@@ -108,11 +110,18 @@ def student_seed(secret: bytes, student: str, assignment: str, check: CheckCall,
     return int.from_bytes(hmac.new(secret, message, hashlib.sha256).digest()[:4], "big") % (2**31 - 3) + 2
 
 
+@functools.lru_cache(maxsize=1)
 def grader_version() -> str:
-    """A digest of the grading code: a change to it makes every cached verdict stale."""
+    """A digest of the grading code and of the library it compares with: a change to either makes
+    every cached verdict stale."""
+    import attnbook
+    import attnbook_tools
+
     h = hashlib.sha256()
-    for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
-        h.update(path.name.encode() + path.read_bytes())
+    folders = [pathlib.Path(__file__).parent] + [pathlib.Path(m.__file__).parent for m in (attnbook, attnbook_tools)]
+    for folder in folders:
+        for path in sorted(folder.rglob("*.py")):
+            h.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -233,18 +242,59 @@ class Submission:
             names += [b for b in getattr(get_exercise(c.exercise_id), kind) if b not in names]
         return names
 
-    def job(self) -> dict:
-        """What the sandbox's runner executes (plain data)."""
+    def passes(self) -> list[dict]:
+        """The runs of this notebook in the sandbox. The first runs every cell, then the checks of
+        the exercises without ``check_blocks``, with the notebook's ``blocks`` removed from the
+        library; a second (when some exercise has ``check_blocks``) runs the cells again, then the
+        remaining checks, with those names removed too: a function the student wrote (or saved)
+        while they were there never meets them in its tests. Each: ``blocked`` (names), ``checks``
+        (indices into :attr:`checks`), ``report`` (whether its cells' errors are the notebook's)."""
+        later = [k for k, (_, c) in enumerate(self.checks) if get_exercise(c.exercise_id).check_blocks]
+        first = [k for k in range(len(self.checks)) if k not in later]
+        blocks = self.blocks()
+        runs = [{"blocked": blocks, "checks": first, "report": True}]
+        if later:
+            runs.append({"blocked": blocks + [b for b in self.blocks("check_blocks") if b not in blocks],
+                         "checks": later, "report": False})
+        return runs
+
+    def job(self, run: dict | None = None, skip=(), total_limit: float | None = None) -> dict:
+        """What the sandbox's runner executes for one of :meth:`passes` (plain data)."""
+        run = run or {"checks": list(range(len(self.checks)))}
         groups = {grade_id: g for g, (grade_id, _) in enumerate(self.tests)}
         text = "\n".join(source for _, source in self.cells)
         preload = [m for m in ("matplotlib.pyplot", "seaborn", "pandas") if m.split(".")[0] in text
                    or (m == "matplotlib.pyplot" and "attnbook_tools.notebook" in text)]
-        return {"cells": [source for _, source in self.cells],
+        checks = [(self.checks[k], self.pending[k]) for k in run["checks"]]
+        return {"cells": [source for _, source in self.cells], "skip": sorted(skip),
                 "checks": [{"fn": c.fn, "specs": p.specs, "group": groups[grade_id]}
-                           for (grade_id, c), p in zip(self.checks, self.pending)],
-                "blocks": self.blocks(), "check_blocks": self.blocks("check_blocks"),
-                "cell_limit": self.cell_limit, "total_limit": self.total_limit,
+                           for (grade_id, c), p in checks],
+                "cell_limit": self.cell_limit,
+                "total_limit": self.total_limit if total_limit is None else total_limit,
                 "preload": preload}
+
+    def run(self, sandbox: Sandbox) -> list[tuple[bytes, int, bytes]]:
+        """Run :meth:`passes` in ``sandbox``; return the frames for :meth:`judge` (check frames
+        numbered by :attr:`checks`, cell frames from the first pass only)."""
+        frames: list[tuple[bytes, int, bytes]] = []
+        start, skip = time.monotonic(), set()
+        for n, run in enumerate(self.passes()):
+            left = self.total_limit - (time.monotonic() - start)
+            if not run["checks"] and not run["report"]:
+                continue
+            if left < 1:
+                frames += [(b"X", k, b'{"reason": "budget"}') for k in run["checks"]]
+                continue
+            got = sandbox.run(self.job(run, skip, left), timeout=left + 60, blocked=run["blocked"])
+            for kind, index, payload in got:
+                if kind in b"eE" and len(kind) == 1:
+                    if run["report"]:
+                        frames.append((kind, index, payload))
+                        if kind == b"E":
+                            skip.add(index)  # a cell that timed out or ended its process is not run again
+                elif kind in (b"r", b"X") and index < len(run["checks"]):
+                    frames.append((kind, run["checks"][index], payload))
+        return frames
 
     def key(self) -> str:
         """A digest of everything the verdicts depend on (code, checks with their seeds, limits, grader)."""
@@ -330,8 +380,7 @@ def grade_in_sandbox(submissions: list[Submission], forbidden: list[str | os.Pat
     try:
         verdicts = []
         for sub in submissions:
-            frames = sandbox.run(sub.job(), timeout=sub.total_limit + 60)
-            verdicts.append(sub.judge(frames))
+            verdicts.append(sub.judge(sub.run(sandbox)))
         return verdicts
     finally:
         if own:
