@@ -37,6 +37,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from attnbook.masks import padding_mask
 from attnbook.tasks.reversal import checked_ids, pad_sequences
 
 __all__ = [
@@ -306,7 +307,7 @@ def make_batch(examples: Sequence[DateExample]) -> DateBatch:
     if not examples:
         raise ValueError("make_batch: `examples` must hold at least one DateExample; got none")
     src, lengths = pad_sequences([encode(e.text) for e in examples], pad=PAD)  # (B, S), (B,)
-    src_key_mask = torch.arange(src.shape[1])[None, :] < lengths[:, None]  # (B, S)
+    src_key_mask = padding_mask(lengths, max_len=src.shape[1])  # (B, S)
     target = torch.tensor([encode(e.iso) for e in examples])  # (B, 10)
     column = torch.full((len(examples), 1), SOS)  # (B, 1)
     tgt_in = torch.cat([column, target], dim=1)  # (B, 11)
