@@ -13,12 +13,14 @@ Layout (nbgrader's, plus three files of the book's)::
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import json
 import os
 import pathlib
 import secrets
+import stat
 import sys
 
 import nbformat
@@ -26,7 +28,8 @@ import nbformat
 from attnbook_classroom.course.notebooks import REPO
 
 __all__ = ["COURSE_ID", "DEFAULT_ROOT", "use_venv_bin", "write_config", "ensure_secret", "read_secret",
-           "roster", "due_dates", "config", "limits", "api", "source_cells", "verdict_cache"]
+           "roster", "due_dates", "config", "limits", "api", "source_cells", "verdict_cache", "private_files",
+           "make_private", "link_problem"]
 
 COURSE_ID = "attention-book"
 DEFAULT_ROOT = REPO / "_build" / "course"
@@ -39,6 +42,49 @@ def use_venv_bin() -> None:
     path = os.environ.get("PATH", "")
     if bin_dir not in path.split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + path
+
+
+@contextlib.contextmanager
+def private_files():
+    """Files and folders made inside are readable by their owner only (umask 077)."""
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def make_private(root: pathlib.Path) -> None:
+    """Create the course folder readable by its owner only, or close an existing one that is not."""
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if root.stat().st_mode & 0o077:
+        print(f"note: {root} was readable by others; it is now readable by you only (chmod 700)")
+        root.chmod(0o700)
+
+
+def link_problem(folder: pathlib.Path, where: str = "") -> str | None:
+    """Why ``folder`` (a submission) must not be graded: it, or anything in it, is a symbolic link
+    or not a regular file or folder; None when it holds only plain files and folders. Nothing is
+    followed."""
+    name = where or folder.name
+    try:
+        st = os.lstat(folder)
+    except OSError as exc:
+        return f"{name} cannot be read ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{name} is a symbolic link (to {os.readlink(folder)}); it is not followed"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{name} is not a folder"
+    for base, dirs, files in os.walk(folder, followlinks=False):
+        for entry in dirs + files:
+            path = pathlib.Path(base) / entry
+            mode = os.lstat(path).st_mode
+            relative = path.relative_to(folder.parent)
+            if stat.S_ISLNK(mode):
+                return f"{relative} is a symbolic link (to {os.readlink(path)}); it is not followed"
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                return f"{relative} is not a regular file (a pipe, a socket or a device)"
+    return None
 
 
 def write_config(root: pathlib.Path, exchange: pathlib.Path) -> None:
@@ -57,6 +103,11 @@ _root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.course_id = {COURSE_ID!r}
 c.CourseDirectory.root = _root
 c.Exchange.root = {str(exchange)!r}
+# Collection never follows a link nor believes a folder's name (attnbook_classroom.course.exchange):
+# a submission is its owner's, written when the file system says; anything else is refused and
+# listed in .grading/refused.json. Feedback is released for every student it can be, the others listed.
+c.ExchangeFactory.collect = "attnbook_classroom.course.exchange.SafeCollect"
+c.ExchangeFactory.release_feedback = "attnbook_classroom.course.exchange.RobustReleaseFeedback"
 
 # Autograding: instead of executing the notebook in a kernel, run the student's code in a
 # bubblewrap sandbox and compare its results with the references outside it (attnbook_classroom.course.plugins).

@@ -33,11 +33,13 @@ import nbformat
 from attnbook_classroom.grading.sandbox import Sandbox, SandboxUnavailable, check_available
 from attnbook_classroom.grading.submission import grade_in_sandbox, grader_version
 from attnbook_classroom.course.assign import nbgrader_failed
-from attnbook_classroom.course.folder import (COURSE_ID, DEFAULT_ROOT, api, limits, load_state, read_secret, roster, save_state,
-                     use_venv_bin, verdict_cache)
+from attnbook_classroom.course.folder import (COURSE_ID, DEFAULT_ROOT, api, limits, link_problem, load_state,
+                                              private_files, read_secret, roster, save_state, use_venv_bin,
+                                              verdict_cache)
+from attnbook_classroom.course.exchange import load_refused
 from attnbook_classroom.course.plugins import submission_for
 
-__all__ = ["grade", "export_csv"]
+__all__ = ["grade", "export_csv", "run_nbgrader"]
 
 COLUMNS = ["student_id", "last_name", "first_name", "email", "assignment", "status", "score", "max_score",
            "timestamp", "duedate", "seconds_late", "needs_manual_grade", "note"]
@@ -142,14 +144,34 @@ def _prepare_student(root, student, assignments):
     return problems, stopped
 
 
+def _submissions(submitted: pathlib.Path):
+    """(student, assignment, folder, problem) for every submission folder, found without following
+    a link: ``problem`` says why one is not graded (a link or a special file in it), else None."""
+    for student_dir in sorted(submitted.iterdir()):
+        if student_dir.name.startswith("."):
+            continue
+        problem = link_problem(student_dir, f"submitted/{student_dir.name}") if (
+            student_dir.is_symlink() or not student_dir.is_dir()) else None
+        if problem:
+            yield student_dir.name, None, student_dir, problem
+            continue
+        for folder in sorted(student_dir.iterdir()):
+            if folder.name.startswith("."):  # collection's staging folders
+                continue
+            yield (student_dir.name, folder.name, folder,
+                   link_problem(folder, f"submitted/{student_dir.name}/{folder.name}"))
+
+
 def grade(root: pathlib.Path = DEFAULT_ROOT, *, students: list[str] | None = None,
           assignments: list[str] | None = None, force: bool = False, feedback: bool = True,
           workers: int | None = None) -> pathlib.Path:
-    """Grade new and changed submissions under ``root/submitted``; return the path of grades.csv."""
+    """Grade new and changed submissions under ``root/submitted``; return the path of grades.csv.
+    Nothing is followed: a submission that is, or holds, a symbolic link or a special file is not
+    graded (status ``error``, with the reason)."""
     use_venv_bin()
     root = pathlib.Path(root).resolve()
     submitted = root / "submitted"
-    if not submitted.is_dir():
+    if submitted.is_symlink() or not submitted.is_dir():
         raise SystemExit(f"no submissions: put them in {submitted}/<student>/<assignment>/<assignment>.ipynb "
                          "(nbgrader collect does)")
     try:
@@ -157,20 +179,29 @@ def grade(root: pathlib.Path = DEFAULT_ROOT, *, students: list[str] | None = Non
     except SandboxUnavailable as exc:
         raise SystemExit(f"Not grading: {exc}") from None
     read_secret(root)  # a clear error now rather than one per submission
+    with private_files():
+        return _grade(root, submitted, students, assignments, force, feedback, workers)
+
+
+def _grade(root, submitted, students, assignments, force, feedback, workers):
     released = sorted(p.name for p in (root / "source").iterdir() if p.is_dir())
     names = {r["id"] for r in roster(root) or []}
     state, started = load_state(root), time.monotonic()
     todo: dict[str, list[str]] = {}
     skipped: list[str] = []
-    for folder in sorted(p for p in submitted.glob("*/*") if p.is_dir()):
-        student, assignment = folder.parent.name, folder.name
-        if (students and student not in students) or (assignments and assignment not in assignments):
+    for student, assignment, folder, problem in _submissions(submitted):
+        if (students and student not in students) or (assignments and assignment and assignment not in assignments):
             continue
-        if assignment not in released:
+        if assignment is not None and assignment not in released:
             skipped.append(f"{student}/{assignment}: no such assignment in source/")
             continue
         if names and student not in names:
-            skipped.append(f"{student}/{assignment}: {student} is not on the roster (students.csv)")
+            skipped.append(f"{student}/{assignment or '*'}: {student} is not on the roster (students.csv)")
+            continue
+        if problem:
+            for name in ([assignment] if assignment else released):
+                state[f"{student}/{name}"] = {"fingerprint": None, "status": "error", "stopped": [],
+                                              "note": f"not graded: {problem}"}
             continue
         _ensure_timestamp(folder)
         fingerprint = _fingerprint(folder, root / "source" / assignment)
@@ -197,6 +228,7 @@ def grade(root: pathlib.Path = DEFAULT_ROOT, *, students: list[str] | None = Non
                 state[f"{student}/{assignment}"].update(entry)
                 print(f"graded {student}/{assignment}: {entry['status']}")
             save_state(root, state)
+    save_state(root, state)
     csv_path = export_csv(root, state)
     _summary(root, state, skipped, count, time.monotonic() - started)
     return csv_path
@@ -242,7 +274,7 @@ def export_csv(root: pathlib.Path, state: dict | None = None, csv_path: pathlib.
     people = roster(root)
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}", course_id=COURSE_ID) as gb:
         if people is None:
-            folders = sorted(p.name for p in (root / "submitted").iterdir() if p.is_dir()) \
+            folders = sorted(p.name for p in (root / "submitted").iterdir() if not p.name.startswith(".")) \
                 if (root / "submitted").is_dir() else []
             people = [{"id": s} for s in folders]
         rows = []
@@ -257,12 +289,12 @@ def export_csv(root: pathlib.Path, state: dict | None = None, csv_path: pathlib.
                     sub = gb.find_submission(assignment.name, sid)
                 except MissingEntry:
                     sub = None
-                present = (root / "submitted" / sid / assignment.name).is_dir()
+                present = os.path.lexists(root / "submitted" / sid / assignment.name) or \
+                    os.path.islink(root / "submitted" / sid)
                 if not present:
                     row.update(status="missing", score="", timestamp="", seconds_late="", needs_manual_grade="")
-                elif sub is None or entry.get("status") == "error":
-                    row.update(status="error", score=f"{sub.score:g}" if sub else "0",
-                               timestamp="", seconds_late="", needs_manual_grade="",
+                elif sub is None or entry.get("status") == "error":  # never an older score
+                    row.update(status="error", score="", timestamp="", seconds_late="", needs_manual_grade="",
                                note=entry.get("note") or "not in the gradebook: run make grade")
                 else:
                     row.update(status=entry.get("status", "graded"), score=f"{sub.score:g}",
@@ -286,6 +318,8 @@ def _summary(root: pathlib.Path, state: dict, skipped: list[str], count: int, se
         ("Tests stopped by the student's code (timeouts, crashes)",
          [f"{key}: {m}" for key, e in sorted(state.items()) for m in e.get("stopped", [])]),
         ("Not graded", skipped),
+        ("Refused when collected (nothing of these folders was copied)",
+         [f"{r['student']}/{r['assignment']}: {r['folder']}: {r['reason']}" for r in load_refused(root)]),
         ("Missing (no submission)", [f"{r['student_id']}/{r['assignment']}" for r in rows if r["status"] == "missing"]),
         ("Late", [f"{r['student_id']}/{r['assignment']}: {float(r['seconds_late']):.0f} s late"
                   for r in rows if r["seconds_late"] not in ("", "0")]),
@@ -297,3 +331,21 @@ def _summary(root: pathlib.Path, state: dict, skipped: list[str], count: int, se
     text = "\n".join(lines) + "\n"
     (root / "summary.txt").write_text(text)
     print(text)
+
+
+def run_nbgrader(root: pathlib.Path, arguments: list[str]) -> int:
+    """Run ``nbgrader ARGUMENTS`` as the course's instructor: in the course folder (so that its
+    configuration applies), with this environment's scripts on the PATH (nbgrader runs
+    ``alembic``), and with files made readable by you only. Returns its exit status."""
+    import subprocess
+    import sys
+
+    root = pathlib.Path(root).resolve()
+    if not (root / "nbgrader_config.py").is_file():
+        raise SystemExit(f"{root} is not a course folder: run `make assignments` first")
+    arguments = [a for a in arguments if a != "--"]
+    if not arguments:
+        raise SystemExit("usage: python -m attnbook_classroom.course nbgrader COMMAND [ARGUMENTS]")
+    use_venv_bin()
+    with private_files():
+        return subprocess.call([sys.executable, "-m", "nbgrader", *arguments], cwd=root)

@@ -24,7 +24,7 @@ from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor, Overw
 from traitlets import Bool, Float, Unicode
 
 from attnbook_classroom.grading.submission import Submission, grade_in_sandbox
-from attnbook_classroom.course.folder import read_secret, source_cells, verdict_cache
+from attnbook_classroom.course.folder import link_problem, read_secret, source_cells, verdict_cache
 from attnbook_classroom.course.notebooks import REPO
 
 __all__ = ["SandboxedGrading", "RestoreLockedCells", "HideHiddenTests", "FeedbackExporter", "scrubbed_paths"]
@@ -55,6 +55,10 @@ class SandboxedGrading(NbGraderPreprocessor):
         root = pathlib.Path(self.course_root or info["db_url"].removeprefix("sqlite:///")).resolve()
         if root.suffix == ".db":
             root = root.parent
+        problem = link_problem(root / "submitted" / info["student"] / info["assignment"],
+                               f"submitted/{info['student']}/{info['assignment']}")
+        if problem:  # nbgrader has copied the folder following links: grade nothing of it
+            raise ValueError(f"not graded: {problem}")
         sub = submission_for(nb, root, info["student"], info["assignment"], info["notebook"],
                              self.cell_timeout, self.notebook_timeout)
         cache = verdict_cache(root)
