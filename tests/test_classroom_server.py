@@ -132,7 +132,11 @@ def test_a_class_on_a_shared_server(server, tmp_path):
                  f"c = get_config()\nc.CourseDirectory.course_id = 'attention-book'\n"
                  f"c.Exchange.root = {str(exchange)!r}\n")
         shutil.chown(server["homes"][who] / ".jupyter", users[who], users[who])
-        student_nbgrader(server, who, "fetch_assignment", NAME)
+    student_nbgrader(server, "alice", "fetch_assignment", NAME)
+    (server["homes"]["bob"] / NAME).mkdir(exist_ok=True)
+    shutil.copy(server["homes"]["alice"] / NAME / f"{NAME}.ipynb", server["homes"]["bob"] / NAME)
+    for path in (server["homes"]["bob"] / NAME, server["homes"]["bob"] / NAME / f"{NAME}.ipynb"):
+        shutil.chown(path, bob, bob)
     answered = json.dumps(_solve(json.loads((server["homes"]["alice"] / NAME / f"{NAME}.ipynb").read_text()), {}))
     write_as(server, "alice", server["homes"]["alice"] / NAME / f"{NAME}.ipynb", answered)
     student_nbgrader(server, "alice", "submit", NAME)
@@ -153,7 +157,9 @@ def test_a_class_on_a_shared_server(server, tmp_path):
         folder = inbound / f"{bob}+{NAME}+{stamp}+{key}"
         as_student(server, "bob", ["sh", "-c", f"d='{folder}'; mkdir \"$d\" && {make}"])
     as_student(server, "bob", ["ln", "-s", str(course / "source"), str(inbound / f"{bob}+{NAME}+{_now_stamp()}+dirlink")])
-    student_nbgrader(server, "bob", "submit", NAME)
+    honest = inbound / f"{bob}+{NAME}+{_now_stamp()}+honest"  # as nbgrader submit makes it
+    as_student(server, "bob", ["sh", "-c", f"mkdir '{honest}' && cp {bob_nb} '{honest}/{NAME}.ipynb' && "
+                                           f"head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n' > '{honest}/submission_secret.txt'"])
 
     collected = instructor(server, "collect", NAME)
     assert "Refused" in collected.stdout + collected.stderr
@@ -182,9 +188,9 @@ def test_a_class_on_a_shared_server(server, tmp_path):
         assert as_student(server, "bob", ["cat" if path.is_file() else "ls", str(path)], check=False).returncode != 0, path
 
     # a submission over the size limit is refused by collect --update; the previous one stays
-    big = server["homes"]["alice"] / NAME / "data.bin"
-    write_as(server, "alice", big, "x" * 400_000)
-    student_nbgrader(server, "alice", "submit", NAME)
+    big = inbound / f"{alice}+{NAME}+{_now_stamp()}+big"
+    as_student(server, "alice", ["sh", "-c", f"mkdir '{big}' && cp {server['homes']['alice'] / NAME / (NAME + '.ipynb')} '{big}/' "
+                                             f"&& head -c 400000 /dev/zero > '{big}/data.bin'"])
     instructor(server, "collect", "--update", NAME)
     assert (submitted / alice / NAME / f"{NAME}.ipynb").read_text() == answered
     assert not (submitted / alice / NAME / "data.bin").exists()
@@ -207,8 +213,8 @@ def test_a_class_on_a_shared_server(server, tmp_path):
     assert "Refused when collected" in (course / "summary.txt").read_text()
 
     # release_feedback goes on past a student whose feedback cannot be released
-    (course / "feedback" / alice / NAME / "submission_secret.txt").unlink()
+    (course / "feedback" / bob / NAME / "submission_secret.txt").unlink()
     released = instructor(server, "release_feedback", NAME)
     assert "not released" in released.stdout + released.stderr
-    student_nbgrader(server, "bob", "fetch_feedback", NAME)
-    assert list((server["homes"]["bob"] / NAME / "feedback").glob(f"*/{NAME}.html"))
+    student_nbgrader(server, "alice", "fetch_feedback", NAME)
+    assert list((server["homes"]["alice"] / NAME / "feedback").glob(f"*/{NAME}.html"))

@@ -243,10 +243,13 @@ def hostile_run(course_folder):
         "sharp": 'check("sharp_scale", answer, part="value")'})
     subs = [submission(hostile), submission(killer), submission(after), submission(attacks),
             submission(search, cell_limit=120.0, total_limit=150.0), submission(saved)]
+    sleepy = submission(notebook(["import time", "time.sleep(60)", "time.sleep(60)", SAVING[-1]],
+                                 {"z": 'check("scaled_dot_product_attention", mine, part="mask")'}))
     os.environ["ATTNBOOK_TEST_TOKEN"] = TOKEN
     try:
         with Sandbox([course_folder]) as sandbox:
             verdicts = grade_in_sandbox(subs, sandbox=sandbox)
+            verdicts.append(sleepy.judge(sleepy.run(sandbox, budget=4.0)))  # 4 s left of the student's time
     finally:
         del os.environ["ATTNBOOK_TEST_TOKEN"]
     return hostile, verdicts
@@ -350,7 +353,7 @@ def test_nothing_importable_in_the_sandbox_answers_the_exercise(hostile_run):
 def test_a_function_blocked_while_the_tests_run_cannot_be_kept_from_the_cells(hostile_run):
     """What a cell saved of chapter 0's `attention` (the function, a copy of its code, its source in
     /tmp) fails the tests; the experiment that used it in its cell keeps its point."""
-    *_, verdicts = hostile_run[1]
+    *_, verdicts, _ = hostile_run[1]
     tests = verdicts.tests
     for name in ("saved", "copied", "stashed"):
         assert not tests[name]["passed"], (name, tests[name])
@@ -362,8 +365,18 @@ def test_a_function_blocked_while_the_tests_run_cannot_be_kept_from_the_cells(ho
 def test_no_copy_of_a_removed_function_or_of_the_grader_is_anywhere_in_the_sandbox(hostile_run):
     """A walk of the sandbox's whole file system finds no line of the package's causal_mask, of the
     grader's references and sealed tables, or of PyTorch's own attention."""
-    nb, (*_, verdicts, _) = hostile_run
+    nb, (*_, verdicts, _, _) = hostile_run
     assert verdicts.cells[0] == "RuntimeError: found []", verdicts.cells[0]
+
+
+def test_a_student_whose_code_uses_up_their_time_loses_only_what_did_not_run(hostile_run):
+    """Each student has a budget of grading time in a run of make grade (seconds across all their
+    notebooks): once it is used up, what is left of the notebook is not run, and says why."""
+    *_, verdicts = hostile_run[1]
+    first, second = verdicts.cells.get(1), verdicts.cells.get(2)
+    assert first.startswith("CellTimeoutError: this cell did not finish within 3 s"), first
+    assert "used up the grading time a student gets in one run" in second, second
+    assert "used up the grading time a student gets" in verdicts.tests["z"]["messages"][0], verdicts.tests["z"]
 
 
 def test_hidden_checks_are_seeded_per_student():

@@ -51,3 +51,19 @@ def test_the_page_says_whether_the_recorded_benchmark_meets_the_target():
         "the benchmark must cover every chapter's exercises; re-run `make grade-bench RECORD=1`")
     assert target_sentence(result) in _page_text(), (
         f"chapters/instructors.md must say, word for word:\n{target_sentence(result)}")
+
+
+def test_every_make_command_of_the_workflow_exists_and_runs_the_course():
+    """The workflow's commands, as the page writes them: each `make` line is a target of the
+    Makefile that runs the course's command line (which sets nbgrader's PATH itself), so none
+    needs an activated environment. The workflow tests run those command lines for real."""
+    import shlex
+    import subprocess
+
+    block = PAGE.read_text().split("```console", 1)[1].split("```", 1)[0]
+    commands = [line[2:].split("#")[0].strip() for line in block.splitlines() if line.startswith("$ make")]
+    assert [c.split()[1] for c in commands] == ["assignments", "release", "collect", "grade", "nbgrader", "feedback"]
+    for command in commands:
+        dry = subprocess.run(shlex.split(command) + ["-n", "-C", str(ROOT)], capture_output=True, text=True, timeout=60)
+        assert dry.returncode == 0, (command, dry.stderr)
+        assert "-m attnbook_classroom.course" in dry.stdout, (command, dry.stdout)

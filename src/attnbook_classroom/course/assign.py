@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import sys
@@ -27,8 +28,12 @@ def _exercises(path: pathlib.Path) -> nbformat.NotebookNode | None:
     """A chapter's exercise notebook; a notebook without a section but with nbgrader cells is one already."""
     if exercise_section(path):
         return exercise_notebook(path)
-    nb = nbformat.read(str(path), as_version=4)
-    return nb if any("nbgrader" in c.metadata for c in nb.cells) else None
+    raw = json.loads(pathlib.Path(path).read_text())
+    for index, cell in enumerate(raw.get("cells", [])):
+        cell.setdefault("id", f"cell-{index}")  # fixed ids: a notebook made again is the same notebook
+    raw["nbformat_minor"] = max(raw.get("nbformat_minor", 5), 5)
+    nb = nbformat.from_dict(raw)
+    return nb if any("nbgrader" in c.get("metadata", {}) for c in nb.cells) else None
 
 
 def prepare_exchange(exchange: pathlib.Path) -> None:
@@ -82,9 +87,12 @@ def _build(root, notebooks, exchange):
         check_exercise_notebook(nb, path.name)
         source = root / "source" / name
         source.mkdir(parents=True, exist_ok=True)
+        text, path_ = nbformat.writes(nb), source / f"{name}.ipynb"
         for old in source.glob("*.ipynb"):
-            old.unlink()
-        nbformat.write(nb, str(source / f"{name}.ipynb"))
+            if old != path_:
+                old.unlink()
+        if not path_.exists() or path_.read_text() != text:  # unchanged: nothing to grade again
+            path_.write_text(text)
         error = nbgrader_failed(nbgrader.generate_assignment(name, force=True), f"generate_assignment {name}")
         if error:
             sys.stderr.write(error + "\n")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import functools
 import json
 import os
@@ -29,7 +30,7 @@ from attnbook_classroom.course.notebooks import REPO
 
 __all__ = ["COURSE_ID", "DEFAULT_ROOT", "use_venv_bin", "write_config", "ensure_secret", "read_secret",
            "roster", "due_dates", "config", "limits", "api", "source_cells", "verdict_cache", "private_files",
-           "make_private", "link_problem"]
+           "make_private", "link_problem", "Limits", "run_nbgrader"]
 
 COURSE_ID = "attention-book"
 DEFAULT_ROOT = REPO / "_build" / "course"
@@ -125,10 +126,14 @@ c.SandboxedGrading.course_root = _root
 c.OverwriteCells.add_missing_cells = True  # a test cell a student deleted is put back and graded
 c.SandboxedGrading.cell_timeout = 30.0  # seconds per cell and per test cell (nbgrader's default)
 c.SandboxedGrading.notebook_timeout = 120.0  # seconds for all of one notebook
+c.SandboxedGrading.student_timeout = 600.0  # seconds for all of one student's notebooks in one make grade
+c.SandboxedGrading.max_notebook_bytes = 16_000_000  # a larger notebook is not graded (make grade)
+c.SandboxedGrading.max_cells = 1000  # nor one with more cells
 # Feedback pages never show the hidden tests' code.
+# Their maths is MathML (read offline, without MathJax), their messages wrap.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades", "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
-    "attnbook_classroom.course.plugins.HideHiddenTests"]
+    "attnbook_classroom.course.plugins.HideHiddenTests", "attnbook_classroom.course.plugins.TypesetMaths"]
 c.GenerateFeedback.exporter_class = "attnbook_classroom.course.plugins.FeedbackExporter"
 # Late submissions are recorded and listed in grades.csv; set "zero" here (or in the local file)
 # to give them no points, or write a LateSubmissionPlugin of your own.
@@ -186,20 +191,42 @@ def config(root: pathlib.Path):
     return PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
 
 
-def limits(root: pathlib.Path) -> tuple[float, float]:
-    """Seconds allowed to a cell (or test cell), and to a whole notebook, when graded."""
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What grading allows a submission (``c.SandboxedGrading.*`` in the course's configuration)."""
+
+    cell: float = 30.0  # seconds for each code cell and each test cell (nbgrader's default)
+    notebook: float = 120.0  # seconds for all of one notebook
+    student: float = 600.0  # seconds for all of one student's notebooks in one run of make grade
+    notebook_bytes: int = 16_000_000  # a larger notebook is not read
+    cells: int = 1000  # a notebook with more cells is not read
+
+
+def limits(root: pathlib.Path) -> Limits:
+    """The course's grading limits (its nbgrader_config.py and the local file it loads)."""
     settings = config(root).SandboxedGrading
-    return float(settings.get("cell_timeout", 30.0)), float(settings.get("notebook_timeout", 120.0))
+    default = Limits()
+    return Limits(float(settings.get("cell_timeout", default.cell)),
+                  float(settings.get("notebook_timeout", default.notebook)),
+                  float(settings.get("student_timeout", default.student)),
+                  int(settings.get("max_notebook_bytes", default.notebook_bytes)),
+                  int(settings.get("max_cells", default.cells)))
 
 
-def api(root: pathlib.Path):
-    """nbgrader's API for the course in ``root``, configured by its nbgrader_config.py."""
+def api(root: pathlib.Path, staged: bool = False):
+    """nbgrader's API for the course in ``root``, configured by its nbgrader_config.py; with
+    ``staged``, its autograde reads the submissions as ``make grade`` staged them
+    (:mod:`attnbook_classroom.course.stage`)."""
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
+
+    from attnbook_classroom.course.stage import STAGED
 
     config_ = config(root)
     config_.CourseDirectory.root = str(root)
     config_.CourseDirectory.course_id = COURSE_ID
+    if staged:
+        config_.CourseDirectory.submitted_directory = STAGED
     return NbGraderAPI(coursedir=CourseDirectory(config=config_), config=config_)
 
 
@@ -252,3 +279,25 @@ def save_state(root: pathlib.Path, state: dict) -> None:
     path = pathlib.Path(root) / ".grading" / "graded.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(state, indent=1, sort_keys=True))
+
+
+def run_nbgrader(root: pathlib.Path, arguments: list[str]) -> int:
+    """Run ``nbgrader ARGUMENTS`` as the course's instructor: in the course folder (so that its
+    configuration applies), with this environment's scripts on the PATH (nbgrader runs
+    ``alembic``), and with files made readable by you only. Returns its exit status."""
+    root = pathlib.Path(root).resolve()
+    if not (root / "nbgrader_config.py").is_file():
+        raise SystemExit(f"{root} is not a course folder: run `make assignments` first")
+    arguments = [a for a in arguments if a != "--"]
+    if not arguments:
+        raise SystemExit("usage: python -m attnbook_classroom.course nbgrader COMMAND [ARGUMENTS]")
+    from nbgrader.apps.nbgraderapp import NbGraderApp
+
+    use_venv_bin()
+    os.chdir(root)
+    with private_files():
+        try:
+            NbGraderApp.launch_instance(argv=arguments)
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0

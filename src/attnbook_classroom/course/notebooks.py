@@ -16,7 +16,6 @@ import pathlib
 
 import nbformat
 
-from attnbook_classroom.grading.submission import BadTestCell, parse_test_cell
 
 __all__ = ["REPO", "toc_files", "toc_chapters", "graded_cells", "exercise_section", "exercise_notebook",
            "student_exercise_cells", "check_exercise_notebook", "SETUP_TAG"]
@@ -99,6 +98,7 @@ def exercise_notebook(chapter) -> nbformat.NotebookNode:
         "cells under it: each checks one thing, is worth its points, and when it fails its message "
         "says what is wrong. `nbgrader validate` runs every test at once. When your work is graded, "
         "hidden tests run each function again on inputs of your own.")
+    intro.id = "exercises-title"  # fixed ids: a notebook made again is the same notebook
     cells = [intro]
     first = nb.cells[0] if nb.cells else None
     if first is not None and first.cell_type == "code" and "google.colab" in _source(first):
@@ -107,7 +107,9 @@ def exercise_notebook(chapter) -> nbformat.NotebookNode:
     cells += [_clean(c) for c in nb.cells[:nb.cells.index(heading)] if SETUP_TAG in c.metadata.get("tags", [])]
     body = _source(heading).lstrip()[len("## Exercises"):].strip()
     if body and "{doc}" not in body and "solutions are folded away" not in body:
-        cells.append(nbformat.v4.new_markdown_cell(body))  # what the chapter says about its own exercises
+        about = nbformat.v4.new_markdown_cell(body)  # what the chapter says about its own exercises
+        about.id = "exercises-about"
+        cells.append(about)
     cells += [_clean(c) for c in section[1:]]
     out = nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": KERNELSPEC,
                                                           "language_info": {"name": "python"}})
@@ -116,6 +118,8 @@ def exercise_notebook(chapter) -> nbformat.NotebookNode:
 
 def check_exercise_notebook(nb, name: str = "notebook") -> None:
     """Raise ``ValueError`` naming the cell unless the notebook is in the book's exercise format."""
+    from attnbook_classroom.grading.submission import BadTestCell, parse_test_cell
+
     ids = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells if "grade_id" in c.metadata.get("nbgrader", {})]
     duplicated = sorted({i for i in ids if ids.count(i) > 1})
     if duplicated:

@@ -208,13 +208,13 @@ def supervise(job: dict, out: int) -> None:
         os.close(write_end)
         phase, reason = _watch(pid, read_end, out, checks, cell_limit, end, done)
         os.close(read_end)
-        if len(done) == len(checks):
-            break
         kind, index = phase if isinstance(phase, tuple) else ("start", 0)
-        if kind == "cell":
+        if kind == "cell":  # the cells after it still run (a job may have no checks at all)
             report(b"E", index, reason=reason)
             skip.add(index)
             continue
+        if len(done) == len(checks):
+            break
         if kind == "check":
             group = checks[index]["group"]
             first = index

@@ -226,6 +226,7 @@ class Submission:
                     c = CheckCall(c.exercise_id, c.fn, c.part, student_seed(secret, student, assignment, c, n), True)
                 self.checks.append((grade_id, c))
         self._pending: list[PendingPart] | None = None
+        self.cut_short = False  # whether the student's time budget cut this notebook's limit short
 
     @property
     def pending(self) -> list[PendingPart]:
@@ -273,13 +274,16 @@ class Submission:
                 "total_limit": self.total_limit if total_limit is None else total_limit,
                 "preload": preload}
 
-    def run(self, sandbox: Sandbox) -> list[tuple[bytes, int, bytes]]:
+    def run(self, sandbox: Sandbox, budget: float | None = None) -> list[tuple[bytes, int, bytes]]:
         """Run :meth:`passes` in ``sandbox``; return the frames for :meth:`judge` (check frames
-        numbered by :attr:`checks`, cell frames from the first pass only)."""
+        numbered by :attr:`checks`, cell frames from the first pass only). ``budget`` (seconds left of
+        the student's time) may cut the notebook's own limit short."""
         frames: list[tuple[bytes, int, bytes]] = []
         start, skip = time.monotonic(), set()
+        total = self.total_limit if budget is None else max(0.0, min(self.total_limit, budget))
+        self.cut_short = total < self.total_limit
         for n, run in enumerate(self.passes()):
-            left = self.total_limit - (time.monotonic() - start)
+            left = total - (time.monotonic() - start)
             if not run["checks"] and not run["report"]:
                 continue
             if left < 1:
@@ -348,6 +352,8 @@ class Submission:
         if reason == "timeout":
             return (f"CellTimeoutError: this cell did not finish within {self.cell_limit:g} s when graded; "
                     "it was skipped and the cells after it ran without it.")
+        if reason == "budget" and self.cut_short:
+            return "CellTimeoutError: your notebooks used up the grading time a student gets in one run here."
         if reason == "budget":
             return f"CellTimeoutError: your notebook used up its {self.total_limit:g} s of grading time here."
         return (f"ProcessEnded: this cell ended the process that ran it ({reason}); it was skipped and "
@@ -357,6 +363,9 @@ class Submission:
         if reason == "timeout":
             return (f"Too slow: this test cell did not finish within {self.cell_limit:g} s, so it was "
                     "stopped. Look for a loop that never ends or for work far bigger than the inputs need.")
+        if reason == "budget" and self.cut_short:
+            return ("Not run: your notebooks used up the grading time a student gets in one run (the "
+                    "cells that were too slow are marked in each).")
         if reason == "budget":
             return (f"Not run: your notebook used up its {self.total_limit:g} s of grading time before "
                     "this test (see the cells that were too slow).")
