@@ -525,6 +525,22 @@ def test_every_chapter_releases_its_exercise_notebook(tmp_path):
                     if len(line.strip()) > 12:
                         assert line.strip() not in text, f"{chapter.name}: solution line leaked: {line.strip()}"
         check_unanswered_exercises_fail(path)
+        check_plain_markdown_with_its_figures(nb, chapter)
+
+
+def check_plain_markdown_with_its_figures(nb: dict, chapter: pathlib.Path) -> None:
+    """A released notebook shows no MyST (roles, directives, targets), and holds, as an image with
+    its caption, every figure of the chapter its exercises name."""
+    from attnbook_classroom.course.notebooks import ROLE_OR_DIRECTIVE
+
+    markdown = [c for c in nb["cells"] if c["cell_type"] == "markdown"]
+    raw = [m.group(0) for c in markdown for m in ROLE_OR_DIRECTIVE.finditer("".join(c["source"]))]
+    assert not raw, f"{chapter.name}: MyST left in the released notebook: {raw}"
+    section = "".join("".join(c.source) for c in nbformat.read(str(chapter), as_version=4).cells
+                      if c.cell_type == "markdown" and "Exercise" in c.source)
+    for label in re.findall(r"\{numref\}`(?:[^`<]*<)?([^`>]+)>?`", section):
+        figure = [c for c in markdown if label + ".png" in c.get("attachments", {})]
+        assert figure and "image/png" in figure[0]["attachments"][label + ".png"], f"{chapter.name}: {label} missing"
 
 
 def check_unanswered_exercises_fail(released: pathlib.Path):
