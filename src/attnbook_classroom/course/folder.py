@@ -124,9 +124,11 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties"]
 c.SandboxedGrading.course_root = _root
 c.OverwriteCells.add_missing_cells = True  # a test cell a student deleted is put back and graded
-c.SandboxedGrading.cell_timeout = 30.0  # seconds per cell and per test cell (nbgrader's default)
-c.SandboxedGrading.notebook_timeout = 120.0  # seconds for all of one notebook
-c.SandboxedGrading.student_timeout = 600.0  # seconds for all of one student's notebooks in one make grade
+# What a student's code may take when graded (the exercises' cells take under 2 s each): a code
+# that never ends costs the class at most these.
+c.SandboxedGrading.cell_timeout = 10.0  # seconds per cell and per test cell
+c.SandboxedGrading.notebook_timeout = 60.0  # seconds for all of one notebook
+c.SandboxedGrading.student_timeout = 180.0  # seconds for all of one student's notebooks in one make grade
 c.SandboxedGrading.max_notebook_bytes = 16_000_000  # a larger notebook is not graded (make grade)
 c.SandboxedGrading.max_cells = 1000  # nor one with more cells
 # Feedback pages never show the hidden tests' code.
@@ -195,9 +197,9 @@ def config(root: pathlib.Path):
 class Limits:
     """What grading allows a submission (``c.SandboxedGrading.*`` in the course's configuration)."""
 
-    cell: float = 30.0  # seconds for each code cell and each test cell (nbgrader's default)
-    notebook: float = 120.0  # seconds for all of one notebook
-    student: float = 600.0  # seconds for all of one student's notebooks in one run of make grade
+    cell: float = 10.0  # seconds for each code cell and each test cell (the exercises' take under 2)
+    notebook: float = 60.0  # seconds for all of one notebook
+    student: float = 180.0  # seconds for all of one student's notebooks in one run of make grade
     notebook_bytes: int = 16_000_000  # a larger notebook is not read
     cells: int = 1000  # a notebook with more cells is not read
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -53,10 +54,15 @@ def _fingerprint(folder: pathlib.Path, source: pathlib.Path, duedate: str = "") 
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         h.update(str(path.relative_to(path.parents[1])).encode() + b"\0" + path.read_bytes())
     for path in sorted(source.glob("*.ipynb")):
-        nb = nbformat.read(str(path), as_version=4)
-        h.update(path.name.encode() + json.dumps([[c.cell_type, c.source, c.metadata.get("nbgrader", {}),
-                                                  c.metadata.get("tags", [])] for c in nb.cells]).encode())
+        h.update(path.name.encode() + _graded_content(str(path), path.stat().st_mtime_ns))
     return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _graded_content(path: str, mtime: int) -> bytes:
+    nb = nbformat.read(path, as_version=4)
+    return json.dumps([[c.cell_type, c.source, c.metadata.get("nbgrader", {}), c.metadata.get("tags", [])]
+                       for c in nb.cells]).encode()
 
 
 def _ensure_timestamp(folder: pathlib.Path) -> None:

@@ -49,9 +49,9 @@ class SandboxedGrading(NbGraderPreprocessor):
     """Grade the notebook's test cells from a sandboxed run of its code (see the module)."""
 
     course_root = Unicode("", help="The course folder (default: the gradebook's folder).").tag(config=True)
-    cell_timeout = Float(30.0, help="Seconds allowed to each code cell and each test cell.").tag(config=True)
-    notebook_timeout = Float(120.0, help="Seconds allowed to all of one notebook.").tag(config=True)
-    student_timeout = Float(600.0, help="Seconds allowed to all of one student's notebooks in one run of "
+    cell_timeout = Float(10.0, help="Seconds allowed to each code cell and each test cell.").tag(config=True)
+    notebook_timeout = Float(60.0, help="Seconds allowed to all of one notebook.").tag(config=True)
+    student_timeout = Float(180.0, help="Seconds allowed to all of one student's notebooks in one run of "
                             "make grade.").tag(config=True)
     max_notebook_bytes = Integer(16_000_000, help="make grade does not grade a larger notebook.").tag(config=True)
     max_cells = Integer(1000, help="make grade does not grade a notebook with more cells.").tag(config=True)

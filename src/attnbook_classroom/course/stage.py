@@ -20,6 +20,8 @@ it, and there:
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import pathlib
 import re
@@ -57,6 +59,16 @@ def _grade_ids(path: pathlib.Path) -> set[str]:
                 if isinstance(c, dict) and "grade_id" in c.get("metadata", {}).get("nbgrader", {})}
     except Exception:
         return set()
+
+
+@functools.lru_cache(maxsize=64)
+def _course_notebook(path: str, mtime: int) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def _instructors(path: pathlib.Path) -> nbformat.NotebookNode:
+    """A notebook of ``source/`` or ``release/`` (read once per change, a copy each time)."""
+    return copy.deepcopy(_course_notebook(str(path), path.stat().st_mtime_ns))
 
 
 def _read(path: pathlib.Path, max_bytes: int, max_cells: int) -> nbformat.NotebookNode:
@@ -176,7 +188,7 @@ def stage(folder: pathlib.Path, source: pathlib.Path, release: pathlib.Path, tar
     for name in expected:
         path = handed.get(name)
         if path is None:  # a renamed notebook: the other one that holds most of the assignment's cells
-            ids = set(_cells_by_id(nbformat.read(str(source / f"{name}.ipynb"), as_version=4)))
+            ids = set(_cells_by_id(_instructors(source / f"{name}.ipynb")))
             others = sorted((p for stem, p in handed.items() if stem not in expected and stem not in used),
                             key=lambda p: (len(ids & _grade_ids(p)), p.stat().st_mtime), reverse=True)
             if not others:
@@ -186,9 +198,9 @@ def stage(folder: pathlib.Path, source: pathlib.Path, release: pathlib.Path, tar
             notes.append(f"Your notebook {path.name} was graded as {name}.ipynb, the assignment's notebook.")
         used.add(path.stem)
         nb = _read(path, max_bytes, max_cells)
-        src = nbformat.read(str(source / f"{name}.ipynb"), as_version=4)
+        src = _instructors(source / f"{name}.ipynb")
         rel_path = release / f"{name}.ipynb"
-        rel = nbformat.read(str(rel_path), as_version=4) if rel_path.exists() else src
+        rel = _instructors(rel_path) if rel_path.exists() else src
         nb, changed = _normalize(nb, src, rel, f"{name}.ipynb")
         notes += changed
         (target / f"{name}.ipynb").write_text(nbformat.writes(nb))

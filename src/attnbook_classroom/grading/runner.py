@@ -275,6 +275,7 @@ def _warm_up() -> None:
     import torch
 
     torch.broadcast_shapes((1, 2), (2,))
+    _ALL_OPERATORS.update(torch._C._dispatch_get_all_op_names())  # once, not in every worker
     x = torch.zeros(1, 2, 2, dtype=torch.float16)
     torch.softmax(x.float().masked_fill(torch.ones(2, 2).bool(), float("-inf")), -1).to(x.dtype) @ x
 

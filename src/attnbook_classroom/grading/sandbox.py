@@ -252,6 +252,11 @@ class Sandbox:
 
     def close(self) -> None:
         if self.process is not None:
+            try:  # the runner ends when its input does; then bubblewrap, which reaps it
+                self.process.stdin.close()
+                self.process.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
             try:
                 os.killpg(self.process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):

@@ -35,8 +35,8 @@ __all__ = ["CheckCall", "Submission", "Verdicts", "BadTestCell", "parse_test_cel
 
 HIDDEN_BEGIN, HIDDEN_END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 SKIP_TAG = "skip-in-grading"  # a provided cell the grader does not run (a live experiment)
-CELL_LIMIT = 30.0  # seconds: nbgrader's default for a cell
-TOTAL_LIMIT = 120.0  # seconds for all of one notebook's cells and tests
+CELL_LIMIT = 10.0  # seconds for a cell or a test cell (the exercises' take under 2)
+TOTAL_LIMIT = 60.0  # seconds for all of one notebook's cells and tests
 
 
 class BadTestCell(ValueError):
