@@ -169,6 +169,9 @@ SAVING = [
     "def via_copy(q, k, v, mask=None):\n    return copied(q, k, v, mask)[0]",
     "def via_stash(q, k, v, mask=None):\n    namespace = {'__name__': 'stash'}\n"
     "    exec(open('/tmp/stash.py').read(), namespace)\n    return namespace['attention'](q, k, v, mask)[0]",
+    "def shapes(B, H, L, S, D, Dv):  # a prediction read off the package's attention\n"
+    "    import torch\n    out, weights = attention(torch.zeros(B, H, L, D), torch.zeros(B, H, S, D), torch.zeros(B, H, S, Dv))\n"
+    "    return tuple(weights.shape), tuple(out.shape)",
     "import math, torch\ndef mine(q, k, v, mask=None):\n    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
     "    if mask is not None:\n        scores = scores.masked_fill(~mask, float('-inf'))\n"
     "    return torch.softmax(scores, -1).nan_to_num(0.0) @ v",
@@ -240,6 +243,7 @@ def hostile_run(course_folder):
         "copied": 'check("scaled_dot_product_attention", via_copy, part="mask")',
         "stashed": 'check("scaled_dot_product_attention", via_stash, part="mask")',
         "mine": 'check("scaled_dot_product_attention", mine, part="mask")',
+        "shapes": 'check("weights_shape", shapes, part="weights")',
         "sharp": 'check("sharp_scale", answer, part="value")'})
     subs = [submission(hostile), submission(killer), submission(after), submission(attacks),
             submission(search, cell_limit=120.0, total_limit=150.0), submission(saved)]
@@ -352,10 +356,11 @@ def test_nothing_importable_in_the_sandbox_answers_the_exercise(hostile_run):
 
 def test_a_function_blocked_while_the_tests_run_cannot_be_kept_from_the_cells(hostile_run):
     """What a cell saved of chapter 0's `attention` (the function, a copy of its code, its source in
-    /tmp) fails the tests; the experiment that used it in its cell keeps its point."""
+    /tmp) fails the tests, as does a prediction that calls it; the experiment that used it in its
+    cell keeps its point."""
     *_, verdicts, _ = hostile_run[1]
     tests = verdicts.tests
-    for name in ("saved", "copied", "stashed"):
+    for name in ("saved", "copied", "stashed", "shapes"):
         assert not tests[name]["passed"], (name, tests[name])
         assert "attnbook.functional.attention is not available" in tests[name]["messages"][0], tests[name]
     assert tests["mine"]["passed"] and tests["sharp"]["passed"], (tests["mine"], tests["sharp"])

@@ -244,20 +244,21 @@ class Submission:
         return names
 
     def passes(self) -> list[dict]:
-        """The runs of this notebook in the sandbox. The first runs every cell, then the checks of
-        the exercises without ``check_blocks``, with the notebook's ``blocks`` removed from the
-        library; a second (when some exercise has ``check_blocks``) runs the cells again, then the
-        remaining checks, with those names removed too: a function the student wrote (or saved)
-        while they were there never meets them in its tests. Each: ``blocked`` (names), ``checks``
+        """The runs of this notebook in the sandbox. Without ``check_blocks`` in the notebook, one
+        run: every cell, then every check, with the notebook's ``blocks`` removed from the library.
+        With them, the first run's checks are those of values the cells computed (an experiment
+        may need such a name, e.g. chapter 0's uses the package's ``attention``); a second run, in a
+        new process whose view has those names removed too, runs the cells again and then every
+        check that calls the student's functions: a function the student wrote (or saved) while the
+        names were there never meets them in its tests. Each: ``blocked`` (names), ``checks``
         (indices into :attr:`checks`), ``report`` (whether its cells' errors are the notebook's)."""
-        later = [k for k, (_, c) in enumerate(self.checks) if get_exercise(c.exercise_id).check_blocks]
-        first = [k for k in range(len(self.checks)) if k not in later]
-        blocks = self.blocks()
-        runs = [{"blocked": blocks, "checks": first, "report": True}]
-        if later:
-            runs.append({"blocked": blocks + [b for b in self.blocks("check_blocks") if b not in blocks],
-                         "checks": later, "report": False})
-        return runs
+        blocks, later = self.blocks(), self.blocks("check_blocks")
+        if not later:
+            return [{"blocked": blocks, "checks": list(range(len(self.checks))), "report": True}]
+        values = [k for k, p in enumerate(self.pending) if all(spec["op"] == "answer" for spec in p.specs)]
+        return [{"blocked": blocks, "checks": values, "report": True},
+                {"blocked": blocks + [b for b in later if b not in blocks],
+                 "checks": [k for k in range(len(self.checks)) if k not in values], "report": False}]
 
     def job(self, run: dict | None = None, skip=(), total_limit: float | None = None) -> dict:
         """What the sandbox's runner executes for one of :meth:`passes` (plain data)."""
