@@ -33,6 +33,7 @@ NBVAL := PYTHONPATH=tests $(PY) -m pytest -q -p no:cacheprovider -p nbval_meanin
 
 .PHONY: help venv vendor book test unit nbval build browser serve lab execute execute-all bench clean assignments grade
 .PHONY: runnable runnable-filled nbval-runnable lab-source grade-bench lab-venv test-library
+.PHONY: release collect feedback nbgrader
 
 help:
 	@echo "make book   - create .venv, install everything, build the website into _build/html"
@@ -46,6 +47,8 @@ help:
 	@echo "make assignments - nbgrader course in $(COURSE): each chapter's exercise notebook in release/"
 	@echo "make grade  - grade new or changed $(COURSE)/submitted/<student>/<chapter>/ (sandboxed), grades.csv"
 	@echo "             STUDENT=id or CHAPTER=name for one student or one chapter, FORCE=1 to regrade"
+	@echo "make release CHAPTER=name / make collect CHAPTER=name / make feedback CHAPTER=name - nbgrader's"
+	@echo "             exchange commands in the course folder; make nbgrader ARGS=\"...\" for any other"
 	@echo "make grade-bench - time the grading of a simulated class (100 students x every chapter)"
 
 $(STAMP): requirements.txt pyproject.toml
@@ -186,6 +189,24 @@ assignments: venv
 grade: venv
 	$(PY) -m attnbook_classroom.course grade --root $(COURSE) $(if $(STUDENT),--student $(STUDENT)) \
 		$(if $(CHAPTER),--assignment $(CHAPTER)) $(if $(FORCE),--force)
+
+# nbgrader's own commands, run in the course folder with this environment (nbgrader needs the
+# venv's scripts on the PATH) and files readable by the instructor only; `make nbgrader ARGS="..."`
+# runs any other (e.g. ARGS="formgrader").
+release: venv
+	@test -n "$(CHAPTER)" || { echo "usage: make release CHAPTER=07_masking"; exit 2; }
+	$(PY) -m attnbook_classroom.course nbgrader --root $(COURSE) release_assignment $(CHAPTER)
+
+collect: venv
+	@test -n "$(CHAPTER)" || { echo "usage: make collect CHAPTER=07_masking [UPDATE=1]"; exit 2; }
+	$(PY) -m attnbook_classroom.course nbgrader --root $(COURSE) collect $(CHAPTER) $(if $(UPDATE),--update)
+
+feedback: venv
+	@test -n "$(CHAPTER)" || { echo "usage: make feedback CHAPTER=07_masking"; exit 2; }
+	$(PY) -m attnbook_classroom.course nbgrader --root $(COURSE) release_feedback $(CHAPTER)
+
+nbgrader: venv
+	$(PY) -m attnbook_classroom.course nbgrader --root $(COURSE) $(ARGS)
 
 # Not part of `make test`: 100 simulated students x every chapter. RECORD=1 writes the result to
 # data/grade_bench.json, the number the instructors' page reports.

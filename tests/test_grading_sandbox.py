@@ -56,10 +56,141 @@ def course_folder(tmp_path_factory):
     return root
 
 
+TOKEN = "attnbook-test-token-5c1e"  # in the grading process's environment while the hostile run is graded
+
+# What a cell reads of the grading process (every /proc/<pid>/environ, the supervisor's pipes) or
+# writes outside the private /tmp; each raises with what it saw, so the verdict carries it.
+SNOOPING = [
+    "import glob\nseen = b''\nfor p in glob.glob('/proc/[0-9]*/environ'):\n    try:\n        seen += open(p, 'rb').read()\n"
+    "    except OSError as exc:\n        seen += str(exc).encode()\nraise RuntimeError(repr(seen))",
+    "import os\nopened = []\nfor fd in os.listdir('/proc/1/fd'):\n    try:\n        os.open('/proc/1/fd/' + fd, os.O_WRONLY)\n"
+    "        opened.append(fd)\n    except OSError:\n        pass\nraise RuntimeError(f'opened {opened}')",
+    "open('/dev/shm/x', 'wb').write(b'x')",
+    "open('/dev/x', 'wb').write(b'x')",
+    "open('/x', 'wb').write(b'x')",
+    "for i in range(6):\n    open(f'/tmp/fill{i}', 'wb').write(b'x' * (15 << 20))",
+    "import os\nos.memfd_create('hidden')",
+    "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    "raise RuntimeError(f'shmget {libc.shmget(0, 1 << 30, 0o1777)} errno {ctypes.get_errno()}')",
+    "import os, signal\nos.kill(1, signal.SIGINT)\nos.kill(1, signal.SIGKILL)",
+    "import os\nos.execv('/bin/sh', ['sh', '-c', 'true'])",
+]
+
+
+# Chapter 7's exercises answered by what the sandbox might let a student import: the package's
+# function brought back by every import mechanism, PyTorch's own attention, the grader's references,
+# sealed answers and harness. Name -> (cell, test cell). None may earn a point.
+IMPORT_ATTACKS = {
+    "reloaded": ("import importlib, attnbook.masks\ndef reloaded(L, S):\n"
+                 "    return importlib.reload(attnbook.masks).causal_mask(L, S)",
+                 'check("causal_mask", reloaded, part="square")'),
+    "fresh": ("import importlib.util, attnbook.masks\ndef fresh(L, S):\n"
+              "    spec = importlib.util.spec_from_file_location('fresh_masks', attnbook.masks.__file__)\n"
+              "    module = importlib.util.module_from_spec(spec)\n    spec.loader.exec_module(module)\n"
+              "    return module.causal_mask(L, S)", 'check("causal_mask", fresh, part="square")'),
+    "source": ("import inspect, attnbook.masks\ndef source(L, S):\n    namespace = {}\n"
+               "    exec(inspect.getsource(attnbook.masks), namespace)\n    return namespace['causal_mask'](L, S)",
+               'check("causal_mask", source, part="square")'),
+    "pyc": ("import importlib.util, marshal, attnbook.masks\ndef pyc(L, S):\n"
+            "    data = open(importlib.util.cache_from_source(attnbook.masks.__file__), 'rb').read()\n"
+            "    namespace = {'__name__': 'from_pyc'}\n    exec(marshal.loads(data[16:]), namespace)\n"
+            "    return namespace['causal_mask'](L, S)", 'check("causal_mask", pyc, part="square")'),
+    "memory": ("import gc\ndef memory(L, S):\n    for obj in gc.get_objects():\n"
+               "        if callable(obj) and getattr(obj, '__name__', '') == 'causal_mask':\n"
+               "            try:\n                return obj(L, S)\n            except Exception:\n                pass",
+               'check("causal_mask", memory, part="square")'),
+    "grader": ("def grader(L, S):\n    from attnbook_classroom.grading.ch07_masking import causal_mask\n"
+               "    return causal_mask(L, S)", 'check("causal_mask", grader, part="square")'),
+    "library": ("from attnbook.functional import attention\nfrom attnbook.masks import combine_masks\n"
+                "def library(q, k, v, mask, additive):\n"
+                "    return attention(q, k, v, mask=combine_masks(additive, mask))[0]",
+                'check("masked_attention", library, part="values")'),
+    "sdpa": ("import torch.nn.functional as F\ndef sdpa(q, k, v, mask, additive):\n"
+             "    return F.scaled_dot_product_attention(q, k, v, attn_mask=additive.masked_fill(~mask, float('-inf')))",
+             'check("masked_attention", sdpa, part="values")'),
+    "aten": ("import torch\ndef aten(q, k, v, mask, additive):\n    bias = additive.masked_fill(~mask, float('-inf'))\n"
+             "    return torch.ops.aten._scaled_dot_product_attention_math.default.decompose(q, k, v, bias)[0]",
+             'check("masked_attention", aten, part="values")'),
+    "safe_softmax": ("import math, torch\ndef safe_softmax(q, k, v, mask, additive):\n"
+                     "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + additive\n"
+                     "    return torch._safe_softmax(scores.masked_fill(~mask, float('-inf')), -1) @ v",
+                     'check("masked_attention", safe_softmax, part="empty_row")'),
+    "mha": ("import torch\ndef mha(q, k, v, mask, additive):\n"
+            "    layer = torch.nn.MultiheadAttention(q.shape[-1], 1, batch_first=True)\n"
+            "    return layer(q, k, v, attn_mask=~mask)[0]", 'check("masked_attention", mha, part="values")'),
+    "flex": ("from torch._higher_order_ops.flex_attention import math_attention\n"
+             "def flex(q, k, v, mask, additive):\n"
+             "    return math_attention(q, k, v, lambda s, *i: s, (q.shape[1], k.shape[1]), 1.0, {})[0]",
+             'check("masked_attention", flex, part="values")'),
+    "docstring": ("import torch.nn.functional as F\ndoc = F.scaled_dot_product_attention.__doc__\n"
+                  "def docstring(q, k, v, mask, additive):\n"
+                  "    namespace = {}\n    exec('import math, torch\\ndef scaled_dot_product_attention' +"
+                  " doc.split('def scaled_dot_product_attention')[1].split('.. warning')[0], namespace)\n"
+                  "    return namespace['scaled_dot_product_attention'](q, k, v, additive.masked_fill(~mask, float('-inf')))",
+                  'check("masked_attention", docstring, part="values")'),
+    "sealed": ("sealed = {}\nfrom attnbook_classroom.grading.ch07_masking import PICK_NOTES\n"
+               "for letters in ('A', 'C', 'AC', 'BD', 'CD'):\n    if PICK_NOTES.holds('square=' + letters):\n"
+               "        sealed['square'] = letters", 'check("pick_causal_mask", sealed, part="square")'),
+    "harness": ("harness = {}\nfrom attnbook_classroom.grading.harness import PendingPart\n"
+                "for letters in ('A', 'C', 'AC', 'BD', 'CD'):\n"
+                "    if not PendingPart('pick_causal_mask', 'square', 0).finish([{'ok': True, 'value': letters}]):\n"
+                "        harness['square'] = letters", 'check("pick_causal_mask", harness, part="square")'),
+    "oracle": ("from attnbook_classroom.grading import check as oracle_check\noracle = {'square': 'A'}\n"
+               "for letters in ('A', 'C', 'AC', 'BD', 'CD'):\n"
+               "    if oracle_check('pick_causal_mask', {'square': letters}, part='square').passed:\n"
+               "        oracle['square'] = letters", 'check("pick_causal_mask", oracle, part="square")'),
+    "reference": ("from attnbook_classroom.grading.ch07_masking import after_softmax_measures\n"
+                  "reference = {'seed': 0, **after_softmax_measures(0)}",
+                  'check("mask_after_softmax", reference, part="lost")'),
+}
+# Markers of what must be nowhere in the sandbox: a line of the package's causal_mask, names of the
+# grader's references and sealed tables, a line of PyTorch's own multi-head attention, of the
+# implementation its documentation spells out.
+MARKERS = [b"return j <= i + (S - L)", b"PICK_NOTES", b"after_softmax_measures", b"masked_attention_variants",
+           b"attn_output_weights = softmax(attn_output_weights", b"attn_weight = torch.softmax(attn_weight"]
+SEARCH = ("import os\nfound = set()\nfor root, dirs, files in os.walk('/'):\n"
+          "    if root in ('/proc', '/sys', '/dev'):\n        dirs[:] = []\n        continue\n"
+          "    for name in files:\n        path = os.path.join(root, name)\n        try:\n"
+          "            if os.path.isfile(path) and not os.path.islink(path) and os.path.getsize(path) < 8 << 20:\n"
+          "                data = open(path, 'rb').read()\n"
+          f"                found.update(m.decode() + ' in ' + path for m in {MARKERS!r} if m in data)\n"
+          "        except OSError:\n            pass\nraise RuntimeError(f'found {sorted(found)}')")
+
+
+# Chapter 0: `attention` is blocked only while the tests run (exercise 0.4's experiment uses it in
+# its cell). Saved, copied from its code, or stashed as source in /tmp while the cells run, it still
+# fails the tests, which run in a second pass whose view never had it (and whose /tmp is new).
+SAVING = [
+    "import inspect, os, types\nimport attnbook.functional as functional\nfrom attnbook.functional import attention\n"
+    "saved = attention\ncopied = types.FunctionType(attention.__code__, attention.__globals__, 'copied', attention.__defaults__)\n"
+    "copied.__kwdefaults__ = attention.__kwdefaults__\n"
+    "if not os.path.exists('/tmp/stash.py'):\n    open('/tmp/stash.py', 'w').write(inspect.getsource(functional))",
+    "def via_saved(q, k, v, mask=None):\n    return saved(q, k, v, mask)[0]",
+    "def via_copy(q, k, v, mask=None):\n    return copied(q, k, v, mask)[0]",
+    "def via_stash(q, k, v, mask=None):\n    namespace = {'__name__': 'stash'}\n"
+    "    exec(open('/tmp/stash.py').read(), namespace)\n    return namespace['attention'](q, k, v, mask)[0]",
+    "def shapes(B, H, L, S, D, Dv):  # a prediction read off the package's attention\n"
+    "    import torch\n    out, weights = attention(torch.zeros(B, H, L, D), torch.zeros(B, H, S, D), torch.zeros(B, H, S, Dv))\n"
+    "    return tuple(weights.shape), tuple(out.shape)",
+    "import math, torch\ndef mine(q, k, v, mask=None):\n    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+    "    if mask is not None:\n        scores = scores.masked_fill(~mask, float('-inf'))\n"
+    "    return torch.softmax(scores, -1).nan_to_num(0.0) @ v",
+]
+
+
+def _sharp_scale_solution() -> str:
+    """Exercise 0.4's solution cell (its experiment calls the package's attention)."""
+    from attnbook_classroom.course.notebooks import exercise_notebook
+
+    nb = exercise_notebook(REPO / "chapters" / "00_attention_at_a_glance.ipynb")
+    return next(c.source for c in nb.cells if c.cell_type == "code" and "answer" in c.source
+                and "BEGIN SOLUTION" in c.source and "attention" in c.source)
+
+
 @pytest.fixture(scope="module")
 def hostile_run(course_folder):
     root = str(course_folder)
-    cells = [
+    cells = SNOOPING + [
         "import os, socket, torch",
         f"secret = open({root + '/course_secret'!r}).read()",
         f"open({root + '/pwned.txt'!r}, 'w').write('x')",
@@ -105,14 +236,51 @@ def hostile_run(course_folder):
                        "k2": 'check("causal_mask", good, part="square")'})
     after = notebook(["import torch\ndef good(L, S):\n    return torch.ones(L, S, dtype=torch.bool).tril(S - L)"],
                      {"a1": 'check("causal_mask", good, part="square")'})
-    subs = [submission(hostile), submission(killer), submission(after)]
-    with Sandbox([course_folder]) as sandbox:
-        verdicts = grade_in_sandbox(subs, sandbox=sandbox)
+    attacks = notebook([cell for cell, _ in IMPORT_ATTACKS.values()], {name: test for name, (_, test) in IMPORT_ATTACKS.items()})
+    search = notebook([SEARCH], {"s": 'check("causal_mask", good, part="square")'})
+    saved = notebook(SAVING + [_sharp_scale_solution()], {
+        "saved": 'check("scaled_dot_product_attention", via_saved, part="mask")',
+        "copied": 'check("scaled_dot_product_attention", via_copy, part="mask")',
+        "stashed": 'check("scaled_dot_product_attention", via_stash, part="mask")',
+        "mine": 'check("scaled_dot_product_attention", mine, part="mask")',
+        "shapes": 'check("weights_shape", shapes, part="weights")',
+        "sharp": 'check("sharp_scale", answer, part="value")'})
+    subs = [submission(hostile), submission(killer), submission(after), submission(attacks),
+            submission(search, cell_limit=120.0, total_limit=150.0), submission(saved)]
+    sleepy = submission(notebook(["import time", "time.sleep(60)", "time.sleep(60)", SAVING[-1]],
+                                 {"z": 'check("scaled_dot_product_attention", mine, part="mask")'}))
+    os.environ["ATTNBOOK_TEST_TOKEN"] = TOKEN
+    try:
+        with Sandbox([course_folder]) as sandbox:
+            verdicts = grade_in_sandbox(subs, sandbox=sandbox)
+            verdicts.append(sleepy.judge(sleepy.run(sandbox, budget=4.0)))  # 4 s left of the student's time
+    finally:
+        del os.environ["ATTNBOOK_TEST_TOKEN"]
     return hostile, verdicts
 
 
+def test_nothing_of_the_grading_process_is_reachable_and_only_tmp_is_writable(hostile_run):
+    """The environment of the grading process (and of bubblewrap) never reaches the sandbox; the
+    sandbox's process 1 is the runner, whose pipes a worker cannot open and which ignores its
+    signals; /dev/shm, /dev and / are read-only; /tmp is capped; memory no limit counts (memfd,
+    System V shared memory) and exec are refused."""
+    nb, (verdicts, *_) = hostile_run
+    errors = [verdicts.cells.get(i) for i in range(len(SNOOPING))]
+    environ, pipes, shm, dev, root, fill, memfd, shmget, signals, execv = errors
+    assert TOKEN not in environ and "PATH=/usr/bin:/bin" in environ, environ  # the runner's own, set here
+    assert "Permission denied: '/proc/1/environ'" in environ  # process 1 is the runner, not dumpable
+    assert pipes == "RuntimeError: opened []", pipes
+    for error in (shm, dev, root):
+        assert error.startswith("OSError") and "Read-only file system" in error, error
+    assert "No space left on device" in fill, fill
+    assert memfd.startswith("PermissionError") and execv.startswith("PermissionError"), (memfd, execv)
+    assert shmget == "RuntimeError: shmget -1 errno 1", shmget
+    assert signals is None or "ProcessEnded" not in signals  # the runner survived SIGINT and SIGKILL
+    assert not any(TOKEN in text for text in verdicts.cells.values())
+
+
 def test_hostile_cells_cannot_reach_the_course_the_network_or_new_processes(hostile_run, course_folder):
-    nb, (verdicts, _, _) = hostile_run
+    nb, (verdicts, *_) = hostile_run
     errors = cell_errors(verdicts, nb)
     assert errors["secret = open(" + repr(str(course_folder) + "/course_secret") + ").read()"].startswith(
         "FileNotFoundError")
@@ -128,14 +296,14 @@ def test_hostile_cells_cannot_reach_the_course_the_network_or_new_processes(host
 
 
 def test_patching_the_grader_or_torch_changes_no_verdict(hostile_run):
-    _, (verdicts, _, _) = hostile_run
+    _, (verdicts, *_) = hostile_run
     assert not verdicts.tests["t-wrong"]["passed"]
     assert "differs from the expected one" in verdicts.tests["t-wrong"]["messages"][0]
     assert not verdicts.tests["t-sneaky"]["passed"]
 
 
 def test_the_package_answer_is_unavailable_and_a_table_of_visible_answers_fails(hostile_run):
-    _, (verdicts, _, _) = hostile_run
+    _, (verdicts, *_) = hostile_run
     borrowed = verdicts.tests["t-borrowed"]
     assert not borrowed["passed"] and "not available while this exercise is graded" in borrowed["messages"][0]
     table = verdicts.tests["t-table"]
@@ -144,7 +312,7 @@ def test_the_package_answer_is_unavailable_and_a_table_of_visible_answers_fails(
 
 
 def test_endless_loops_huge_results_and_memory_bombs_lose_only_their_own_tests(hostile_run):
-    _, (verdicts, _, _) = hostile_run
+    _, (verdicts, *_) = hostile_run
     looping = verdicts.tests["t-looping"]
     assert not looping["passed"] and "Too slow" in looping["messages"][0] and len(looping["messages"]) == 2
     assert not verdicts.tests["t-huge"]["passed"]
@@ -153,10 +321,67 @@ def test_endless_loops_huge_results_and_memory_bombs_lose_only_their_own_tests(h
     assert any("timeout" in m for m in verdicts.failures())
 
 
-def test_killing_the_grading_process_loses_only_that_submission(hostile_run):
-    _, (_, killed, after) = hostile_run
-    assert not killed.tests["k1"]["passed"] and not killed.tests["k2"]["passed"]
-    assert after.tests["a1"]["passed"]  # the next submission gets a new sandbox
+def test_killing_the_grading_process_changes_nothing(hostile_run):
+    """The runner is the sandbox's process 1: a signal from a worker is ignored."""
+    _, (_, killed, after, *_) = hostile_run
+    assert not killed.tests["k1"]["passed"] and killed.tests["k2"]["passed"]
+    assert after.tests["a1"]["passed"]
+
+
+def test_nothing_importable_in_the_sandbox_answers_the_exercise(hostile_run):
+    """The package's function is removed at the source: reloaded, loaded afresh, rebuilt from its
+    source or its .pyc, found in memory, it raises. PyTorch's attention (functional, operator,
+    decomposition, module, flex, its documented implementation) and the softmax that zeroes empty rows
+    are off; the grader's references, sealed answers and harness are not there; ``check`` in the
+    sandbox answers nothing."""
+    _, (_, _, _, verdicts, *_) = hostile_run
+    for name, test in verdicts.tests.items():
+        assert not test["passed"], (name, test)
+    text = {name: "\n".join(test["messages"]) for name, test in verdicts.tests.items()}
+    for name in ("reloaded", "fresh", "source", "pyc"):
+        assert "attnbook.masks.causal_mask is not available while this exercise is graded" in text[name], text[name]
+    assert "returned None" in text["memory"], text["memory"]
+    assert "No module named 'attnbook_classroom.grading.ch07_masking'" in text["grader"], text["grader"]
+    assert "is not available while this exercise is graded" in text["library"], text["library"]
+    for name in ("sdpa", "aten", "safe_softmax"):
+        assert "is not available while this exercise is graded" in text[name], (name, text[name])
+    for name in ("mha", "flex"):
+        assert "removed from the grading sandbox" in text[name], (name, text[name])
+    assert "IndexError" in text["docstring"], text["docstring"]  # the documentation has no code left
+    cells = {name: verdicts.cells.get(i, "") for i, name in enumerate(IMPORT_ATTACKS)}
+    for name, module in (("sealed", "ch07_masking"), ("harness", "harness"), ("reference", "ch07_masking")):
+        assert f"No module named 'attnbook_classroom.grading.{module}'" in cells[name], (name, cells[name])
+    assert "choice A is not right" in text["oracle"], text["oracle"]  # the stand-in check passes nothing
+
+
+def test_a_function_blocked_while_the_tests_run_cannot_be_kept_from_the_cells(hostile_run):
+    """What a cell saved of chapter 0's `attention` (the function, a copy of its code, its source in
+    /tmp) fails the tests, as does a prediction that calls it; the experiment that used it in its
+    cell keeps its point."""
+    *_, verdicts, _ = hostile_run[1]
+    tests = verdicts.tests
+    for name in ("saved", "copied", "stashed", "shapes"):
+        assert not tests[name]["passed"], (name, tests[name])
+        assert "attnbook.functional.attention is not available" in tests[name]["messages"][0], tests[name]
+    assert tests["mine"]["passed"] and tests["sharp"]["passed"], (tests["mine"], tests["sharp"])
+    assert not verdicts.cells, verdicts.cells
+
+
+def test_no_copy_of_a_removed_function_or_of_the_grader_is_anywhere_in_the_sandbox(hostile_run):
+    """A walk of the sandbox's whole file system finds no line of the package's causal_mask, of the
+    grader's references and sealed tables, or of PyTorch's own attention."""
+    nb, (*_, verdicts, _, _) = hostile_run
+    assert verdicts.cells[0] == "RuntimeError: found []", verdicts.cells[0]
+
+
+def test_a_student_whose_code_uses_up_their_time_loses_only_what_did_not_run(hostile_run):
+    """Each student has a budget of grading time in a run of make grade (seconds across all their
+    notebooks): once it is used up, what is left of the notebook is not run, and says why."""
+    *_, verdicts = hostile_run[1]
+    first, second = verdicts.cells.get(1), verdicts.cells.get(2)
+    assert first.startswith("CellTimeoutError: this cell did not finish within 3 s"), first
+    assert "used up the grading time a student gets in one run" in second, second
+    assert "used up the grading time a student gets" in verdicts.tests["z"]["messages"][0], verdicts.tests["z"]
 
 
 def test_hidden_checks_are_seeded_per_student():
@@ -180,7 +405,7 @@ def test_test_cells_must_be_lists_of_checks():
 
 def test_a_course_folder_the_sandbox_could_read_is_refused():
     with pytest.raises(SandboxUnavailable, match="lies inside"):
-        bwrap_command([os.path.join(sys.prefix, "course")])
+        bwrap_command([os.path.join(sys.base_prefix, "course")])
 
 
 def test_grading_refuses_without_bubblewrap(tmp_path):
@@ -209,3 +434,36 @@ def test_every_chapters_solutions_pass_every_test_in_the_sandbox():
     broken = {(chapter.stem, index): text for chapter, v in zip(chapters, verdicts) for index, text in v.cells.items()}
     assert not failed and not broken, (failed, broken)
     assert all(v.tests for v in verdicts)
+
+
+# Functions of the sandbox's packages that compute both a softmax and a matrix product, and why
+# each is no attention a student could call.
+HARMLESS = {
+    ("torch/overrides.py", "get_testing_overrides"),  # lambdas giving the signatures of torch's API
+    ("torch/_decomp/__init__.py", "_core_aten_decompositions_post_autograd"),  # a list of operators
+    ("torch/testing/_internal/autocast_test_lists.py", "__init__"),  # sample inputs of operators
+}
+
+
+def test_no_function_left_in_the_sandboxs_packages_computes_attention():
+    """Every function of the packages the sandbox holds (as it holds them: PyTorch with its own
+    attention removed) that calls a softmax and a matrix product is listed as harmless: a new
+    release of PyTorch that adds one fails here until it is removed or explained."""
+    import ast
+
+    from attnbook_classroom.grading import views
+
+    overlays = {target: host for host, target in views.torch_overlays()[0]}
+    hits = set()
+    for entry in views.site_packages():
+        entry = pathlib.Path(entry)
+        for path in ([entry] if entry.suffix == ".py" else entry.rglob("*.py") if entry.is_dir() else []):
+            text = pathlib.Path(overlays.get(str(path), path)).read_text(errors="replace")
+            if "softmax" not in text or not any(k in text for k in ("matmul", "bmm", " @ ", "einsum")):
+                continue
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    dump = ast.dump(node)
+                    if ("softmax'" in dump and any(k in dump for k in ("'matmul'", "'bmm'", "MatMult()", "'baddbmm'", "'einsum'"))):
+                        hits.add((str(path.relative_to(entry.parent)), node.name))
+    assert hits == HARMLESS, hits - HARMLESS

@@ -1,4 +1,5 @@
-"""The instructors' page reports the grading benchmark as `make grade-bench RECORD=1` measured it.
+"""The instructors' page reports the grading benchmark as `make grade-bench RECORD=1` measured it,
+and the workflow's commands as the Makefile runs them.
 
 The sentence with the numbers is generated here from data/grade_bench.json (written by the
 benchmark, listed in data/manifest.json), so the page cannot drift from the measurement, and
@@ -21,11 +22,15 @@ TARGET_MINUTES = 15
 
 
 def bench_sentence(result: dict) -> str:
-    """The sentence the page must contain, from the recorded result."""
-    return (f"On {result['date']}, `make grade-bench` graded {result['students']} students × "
-            f"{result['chapters']} chapters ({result['notebooks']} notebooks) in "
-            f"{result['grade_seconds'] / 60:.1f} minutes on {result['cores']} cores ({result['cpu']}, "
-            f"PyTorch {result['torch']}), {result['seconds_per_notebook']:.2f} s a notebook.")
+    """The sentence the page must contain, from the recorded result (both classes)."""
+    honest, hostile = result["honest"], result["hostile"]
+    kinds = ", ".join(f"{n} who {k}" for k, n in hostile["hostile_students"].items())
+    return (f"On {result['date']}, `make grade-bench` graded {honest['students']} students × "
+            f"{honest['chapters']} chapters ({honest['notebooks']} notebooks) on {result['cores']} cores "
+            f"({result['cpu']}, PyTorch {result['torch']}) in {honest['grade_seconds'] / 60:.1f} minutes "
+            f"({honest['seconds_per_notebook']:.2f} s a notebook) for an honest class, and in "
+            f"{hostile['grade_seconds'] / 60:.1f} minutes ({hostile['seconds_per_notebook']:.2f} s a notebook) "
+            f"for a class with {sum(hostile['hostile_students'].values())} hostile students ({kinds}).")
 
 
 def _page_text() -> str:
@@ -39,15 +44,32 @@ def test_the_page_reports_the_recorded_grading_benchmark():
 
 
 def target_sentence(result: dict) -> str:
-    """What the page must say of the target, given the recorded time."""
-    verdict = "within" if result["grade_seconds"] < TARGET_MINUTES * 60 else "over"
-    return f"That is {verdict} the book's target of {TARGET_MINUTES} minutes for 100 students on 2 cores."
+    """What the page must say of the target, given the recorded time of the honest class."""
+    verdict = "within" if result["honest"]["grade_seconds"] < TARGET_MINUTES * 60 else "over"
+    return f"The honest class is {verdict} the book's target of {TARGET_MINUTES} minutes for 100 students on 2 cores."
 
 
 def test_the_page_says_whether_the_recorded_benchmark_meets_the_target():
     result = json.loads(verified(RECORD).read_text())
-    assert result["students"] >= 100 and result["cores"] <= 2
-    assert result["chapters"] == len(list((ROOT / "src/attnbook_classroom/grading").glob("ch*.py"))), (
+    assert result["honest"]["students"] >= 100 and result["cores"] <= 2
+    assert result["hostile"]["students"] == result["honest"]["students"]
+    assert result["honest"]["chapters"] == len(list((ROOT / "src/attnbook_classroom/grading").glob("ch*.py"))), (
         "the benchmark must cover every chapter's exercises; re-run `make grade-bench RECORD=1`")
     assert target_sentence(result) in _page_text(), (
         f"chapters/instructors.md must say, word for word:\n{target_sentence(result)}")
+
+
+def test_every_make_command_of_the_workflow_exists_and_runs_the_course():
+    """The workflow's commands, as the page writes them: each `make` line is a target of the
+    Makefile that runs the course's command line (which sets nbgrader's PATH itself), so none
+    needs an activated environment. The workflow tests run those command lines for real."""
+    import shlex
+    import subprocess
+
+    block = PAGE.read_text().split("```console", 1)[1].split("```", 1)[0]
+    commands = [line[2:].split("#")[0].strip() for line in block.splitlines() if line.startswith("$ make")]
+    assert [c.split()[1] for c in commands] == ["assignments", "release", "collect", "grade", "nbgrader", "feedback"]
+    for command in commands:
+        dry = subprocess.run(shlex.split(command) + ["-n", "-C", str(ROOT)], capture_output=True, text=True, timeout=60)
+        assert dry.returncode == 0, (command, dry.stderr)
+        assert "-m attnbook_classroom.course" in dry.stdout, (command, dry.stdout)

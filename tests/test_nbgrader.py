@@ -10,6 +10,7 @@ then regrade, give feedback and hand it back. Then every chapter is released and
 from __future__ import annotations
 
 import csv
+import re
 import json
 import os
 import pathlib
@@ -153,6 +154,8 @@ def tiny_notebook() -> dict:
     cells.append(_cell("markdown", WRITTEN.split("\n\n")[0]))
     cells.append(_cell("markdown", WRITTEN.split("\n\n", 1)[1], {"grade": True, "grade_id": "written-causal",
                                                                   "locked": False, "points": 2, "solution": True}))
+    for index, cell in enumerate(cells):
+        cell["id"] = f"tiny-{index}"
     return {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                          "language": "python"}},
             "nbformat": 4, "nbformat_minor": 5}
@@ -198,9 +201,9 @@ def hostile_bodies(course: pathlib.Path) -> dict[str, tuple[str, str]]:
         "softmax": ("__import__('attnbook_classroom.grading', fromlist=['x']).Feedback.assert_passed = lambda self: self\n"
                     "    torch.allclose = lambda *a, **k: True\n    torch.equal = lambda *a, **k: True\n"
                     "    return scores", "differs from the reference"),
-        # patch the grader from inside the student's own function
+        # patch the grader from inside the student's own function (it is not in the sandbox)
         "attention": ("import attnbook_classroom.grading.compare as c\n    c.same = lambda *a, **k: True\n"
-                      "    return q", "Your output has shape"),
+                      "    return q", "No module named 'attnbook_classroom.grading.compare'"),
         # read the instructor's source (solutions and hidden tests) into the feedback
         "selfatt": (f"raise RuntimeError(open({str(course / 'source' / NAME / (NAME + '.ipynb'))!r}).read())",
                     "FileNotFoundError"),
@@ -208,9 +211,10 @@ def hostile_bodies(course: pathlib.Path) -> dict[str, tuple[str, str]]:
         "step": (f"open({str(course / 'pwned.txt')!r}, 'w').write('x')", "FileNotFoundError"),
         # the package's answer, and a table of the visible answers
         "causal": ("from attnbook.masks import causal_mask\n    return causal_mask(L, S)", "not available"),
-        # end the process that runs the code, then kill the one that grades the notebook
+        # end the process that runs the code; kill the sandbox's process 1 (ignored: the module,
+        # left without its layers, is graded as it is)
         "split": ("import os\n    os._exit(1)", "ended the process"),
-        "module": ("import os; os.kill(os.getppid(), 9)", "stopped before this test ran"),
+        "module": ("import os; os.kill(os.getppid(), 9)", "registered parameters"),
     }
 
 
@@ -261,6 +265,41 @@ def _nbgrader(*args, cwd, env=None):
     return result.stdout + result.stderr
 
 
+def _validate_output(path: pathlib.Path, cwd, env) -> str:
+    result = subprocess.run([str(pathlib.Path(PY).parent / "nbgrader"), "validate", str(path)], cwd=cwd, env=env,
+                            capture_output=True, text=True, timeout=600)
+    return result.stdout + result.stderr
+
+
+def _check_feedback_page(path: pathlib.Path, maths: bool = True) -> None:
+    """The feedback page in a real browser with no network: its maths is drawn (MathML, no TeX
+    left), and no message runs off the page."""
+    pytest.importorskip("playwright")
+    from playwright.sync_api import sync_playwright
+
+    chromium = pathlib.Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
+    if not chromium.is_file():
+        pytest.skip("no Chromium")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(chromium), args=flags)
+        page = browser.new_page(viewport={"width": 900, "height": 800})
+        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+        page.goto(f"file://{path}", wait_until="load")
+        found = page.evaluate(r"""() => {
+            const text = [...document.querySelectorAll('.jp-MarkdownCell, .text_cell_render')].map(e => e.innerText).join(' ');
+            const maths = [...document.querySelectorAll('math')];
+            const wide = [...document.querySelectorAll('.output_subarea pre, .jp-OutputArea-output pre')]
+                .filter(e => e.scrollWidth > e.clientWidth + 2).length;
+            return {dollars: (text.match(/\$/g) || []).length, maths: maths.length,
+                    drawn: maths.filter(m => m.getBoundingClientRect().width > 0).length, wide,
+                    pageWide: document.documentElement.scrollWidth > window.innerWidth + 2};
+        }""")
+        browser.close()
+    assert (found["maths"] > 0) == maths and found["drawn"] == found["maths"] and found["dollars"] == 0, found
+    assert found["wide"] == 0 and not found["pageWide"], found
+
+
 def _text(nb: dict) -> str:
     return "\n".join("".join(c["source"]) for c in nb["cells"])
 
@@ -302,12 +341,13 @@ def test_classroom_workflow_with_nbgrader(tmp_path, capsys):
     course.mkdir()
     src.mkdir()
     (src / f"{NAME}.ipynb").write_text(json.dumps(tiny_notebook()))
-    students = ["teacher", "blank", "student_a", "student_b", "hostile", "ghost", "remote"]
+    students = ["teacher", "blank", "student_a", "student_b", "hostile", "ghost", "remote", "renamer"]
     (course / "students.csv").write_text("id,first_name,last_name,email\n" + "".join(
         f"{s},{s.title()},Student,{s}@example.org\n" for s in students))
     (course / "due_dates.csv").write_text(f"assignment,duedate\n{CHAPTER},2026-01-01 00:00:00 UTC\n")
-    (course / "nbgrader_config_local.py").write_text(
-        "c = get_config()\nc.SandboxedGrading.cell_timeout = 3.0\nc.SandboxedGrading.notebook_timeout = 40.0\n")
+    (course / "nbgrader_config_local.py").write_text(  # one account plays every student here
+        "c = get_config()\nc.SandboxedGrading.cell_timeout = 3.0\nc.SandboxedGrading.notebook_timeout = 40.0\n"
+        "c.SafeCollect.check_owner = False\n")
     _course("assignments", "--root", str(course), "--exchange", str(exchange), str(src / f"{NAME}.ipynb"),
             str(ROOT / "chapters" / f"{CHAPTER}.ipynb"))
     released = json.loads((course / "release" / NAME / f"{NAME}.ipynb").read_text())
@@ -331,6 +371,11 @@ def test_classroom_workflow_with_nbgrader(tmp_path, capsys):
     for student, mistakes in MISTAKES.items():
         _submit(course, student, NAME, _solve(released, mistakes))
     _submit(course, "hostile", NAME, _solve(released, hostile))
+    renamed = _solve(released, {})  # saved under another name, a test cell relabelled
+    next(c for c in renamed["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "pick-square")[
+        "metadata"]["nbgrader"]["grade_id"] = "pick-square-mine"
+    (course / "submitted" / "renamer" / NAME).mkdir(parents=True)
+    (course / "submitted" / "renamer" / NAME / f"{NAME}-Copy1.ipynb").write_text(json.dumps(renamed))
     instructor = api(course)  # nbgrader's API: what its commands call
     assert instructor.release_assignment(NAME)["success"]
     home = tmp_path / "remote"
@@ -339,6 +384,12 @@ def test_classroom_workflow_with_nbgrader(tmp_path, capsys):
     fetched = home / NAME / f"{NAME}.ipynb"
     fetched.write_text(json.dumps(_solve(json.loads(fetched.read_text()), {})))
     assert "Success" in _nbgrader("validate", str(fetched), cwd=home, env=env)
+    wrong = home / "wrong.ipynb"  # nbgrader validate shows every line of a mistake, none cut
+    wrong.write_text(json.dumps(_solve(json.loads(fetched.read_text()), {"causal": MISTAKES["student_b"]["causal"]})))
+    shown = _validate_output(wrong, cwd=home, env=env)
+    assert "Your mask is aligned to the top left" in shown and "Align to the bottom right" in " ".join(shown.split())
+    message = shown[shown.rindex("AssertionError:"):].split("=" * 20)[0]  # the error's own lines
+    assert not [line for line in message.splitlines() if line.endswith("...")], message
     _nbgrader("submit", NAME, cwd=home, env=env)
     assert instructor.collect(NAME)["success"]
     assert (course / "submitted" / "remote" / NAME / f"{NAME}.ipynb").exists()
@@ -358,6 +409,18 @@ def test_classroom_workflow_with_nbgrader(tmp_path, capsys):
         == chapter_points > 0
     assert grades["teacher", CHAPTER]["seconds_late"] == "86400" and grades["teacher", CHAPTER]["status"] == "graded"
     assert float(grades["hostile", NAME]["score"]) == AUTOGRADED_POINTS - sum(len(TESTS[k][2]) for k in hostile)
+    assert grades["renamer", NAME]["status"] == "graded" and float(grades["renamer", NAME]["score"]) == AUTOGRADED_POINTS
+    assert "tiny-Copy1.ipynb was graded as tiny.ipynb" in grades["renamer", NAME]["note"]
+    assert "'pick-square-mine', which tiny.ipynb does not have" in grades["renamer", NAME]["note"]
+    assert "Notes from grading" in (course / "feedback" / "renamer" / NAME / f"{NAME}.html").read_text()
+    with open(course / "grades-lms.csv", newline="") as f:
+        lms = list(csv.reader(f))
+    assert lms[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", CHAPTER, NAME]
+    assert len(lms) == 1 + len(students)
+    row = next(r for r in lms if r[2] == "teacher")
+    assert row[0] == "Student, Teacher" and row[6] == grades["teacher", NAME]["score"] and row[5] == grades["teacher", CHAPTER]["score"]
+    _check_feedback_page(course / "feedback" / "teacher" / CHAPTER / f"{CHAPTER}.html")  # maths in it
+    _check_feedback_page(course / "feedback" / "student_a" / NAME / f"{NAME}.html", maths=False)  # long messages
     summary = (course / "summary.txt").read_text()
     assert "ghost/tiny" in summary and "teacher/07_masking: 86400 s late" in summary
     assert "hostile/tiny" in summary and "student_b/tiny" in summary  # os._exit and the endless loop
@@ -417,11 +480,26 @@ def test_classroom_workflow_with_nbgrader(tmp_path, capsys):
     (course / "students.csv").write_text("".join(line + "\n" for line in
                                                  (course / "students.csv").read_text().splitlines()
                                                  if not line.startswith("ghost,")))
+    before = (course / "source" / NAME / f"{NAME}.ipynb").stat().st_mtime_ns
+    _course("assignments", "--root", str(course), "--exchange", str(exchange), str(src / f"{NAME}.ipynb"),
+            str(ROOT / "chapters" / f"{CHAPTER}.ipynb"))  # again: the same notebooks, nothing to regrade
+    assert (course / "source" / NAME / f"{NAME}.ipynb").stat().st_mtime_ns == before
+    (course / "submitted" / "student_b" / NAME / f"{NAME}.ipynb").write_text("{broken")
     grade(course)
-    assert "grading 1 new or changed submissions of 1 students" in capsys.readouterr().out
+    assert "grading 2 new or changed submissions of 2 students" in capsys.readouterr().out
     grades = _grades(course)
     assert grades["blank", NAME]["status"] == "missing" and ("ghost", NAME) not in grades
     assert float(grades["student_a", NAME]["score"]) > 0
+    assert (grades["student_b", NAME]["status"], grades["student_b", NAME]["score"]) == ("error", "")
+    assert "is not a notebook" in grades["student_b", NAME]["note"]
+    with open(course / "students.csv", "a") as f:  # a new student and a due date, no regeneration
+        f.write("newcomer,New,Comer,newcomer@example.org\n")
+    with open(course / "due_dates.csv", "a") as f:
+        f.write(f"{NAME},2026-01-01 00:00:00 UTC\n")
+    export_csv(course)
+    grades = _grades(course)
+    assert grades["newcomer", NAME]["status"] == "missing"
+    assert grades["teacher", NAME]["duedate"].startswith("2026-01-01") and float(grades["teacher", NAME]["seconds_late"]) > 0
 
 
 def test_every_chapter_releases_its_exercise_notebook(tmp_path):
@@ -431,6 +509,9 @@ def test_every_chapter_releases_its_exercise_notebook(tmp_path):
     _course("assignments", "--root", str(course), "--exchange", str(tmp_path / "exchange"))
     chapters = [c for c in toc_chapters() if any(m.get("grade") for m in graded_cells(c))]
     released = sorted((course / "release").glob("*/*.ipynb"))
+    (course / "submitted").mkdir()
+    with open(export_csv(course)) as f:  # generated, not handed out: grades.csv lists none of them
+        assert len(f.read().strip().splitlines()) == 1
     assert [p.stem for p in released] == sorted(c.stem for c in chapters)
     for chapter, path in zip(sorted(chapters), released):
         nb = json.loads(path.read_text())
@@ -444,6 +525,22 @@ def test_every_chapter_releases_its_exercise_notebook(tmp_path):
                     if len(line.strip()) > 12:
                         assert line.strip() not in text, f"{chapter.name}: solution line leaked: {line.strip()}"
         check_unanswered_exercises_fail(path)
+        check_plain_markdown_with_its_figures(nb, chapter)
+
+
+def check_plain_markdown_with_its_figures(nb: dict, chapter: pathlib.Path) -> None:
+    """A released notebook shows no MyST (roles, directives, targets), and holds, as an image with
+    its caption, every figure of the chapter its exercises name."""
+    from attnbook_classroom.course.notebooks import ROLE_OR_DIRECTIVE
+
+    markdown = [c for c in nb["cells"] if c["cell_type"] == "markdown"]
+    raw = [m.group(0) for c in markdown for m in ROLE_OR_DIRECTIVE.finditer("".join(c["source"]))]
+    assert not raw, f"{chapter.name}: MyST left in the released notebook: {raw}"
+    section = "".join("".join(c.source) for c in nbformat.read(str(chapter), as_version=4).cells
+                      if c.cell_type == "markdown" and "Exercise" in c.source)
+    for label in re.findall(r"\{numref\}`(?:[^`<]*<)?([^`>]+)>?`", section):
+        figure = [c for c in markdown if label + ".png" in c.get("attachments", {})]
+        assert figure and "image/png" in figure[0]["attachments"][label + ".png"], f"{chapter.name}: {label} missing"
 
 
 def check_unanswered_exercises_fail(released: pathlib.Path):
@@ -501,3 +598,79 @@ def test_chapter_exercises_are_well_formed():
         assert len(tests_per_solution) >= 3, f"{chapter.name}: fewer than three exercises"
         assert all(n >= 1 for n in tests_per_solution), f"{chapter.name}: an exercise without a test cell"
     assert with_exercises >= 1
+
+
+# ----------------------------------------------------------------------------------------------
+# What make grade hands nbgrader: the submission made gradable, with notes (no nbgrader run here)
+# ----------------------------------------------------------------------------------------------
+
+def _stage_case(tmp_path, files: dict[str, dict | str], **limits):
+    from attnbook_classroom.course.stage import stage
+
+    source, folder, target = tmp_path / "source", tmp_path / "submitted", tmp_path / "staged"
+    for path in (source, folder):
+        path.mkdir()
+    (source / f"{NAME}.ipynb").write_text(json.dumps(tiny_notebook()))
+    for name, content in files.items():
+        (folder / name).write_text(content if isinstance(content, str) else json.dumps(content))
+    notes = stage(folder, source, source, target, **{"max_bytes": 1_000_000, "max_cells": 500, **limits})
+    staged = nbformat.read(str(target / f"{NAME}.ipynb"), as_version=4) if (target / f"{NAME}.ipynb").exists() else None
+    return notes, staged
+
+
+def _ids(nb) -> list[str]:
+    return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells if "nbgrader" in c.metadata]
+
+
+def test_a_renamed_notebook_and_an_extra_one_are_graded_as_the_assignment(tmp_path):
+    answered = tiny_notebook()
+    scratch = {"cells": [_cell("code", "x = 1")], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    notes, staged = _stage_case(tmp_path, {"scratch.ipynb": scratch, f"{NAME}-Copy1.ipynb": answered})
+    assert any(f"{NAME}-Copy1.ipynb was graded as {NAME}.ipynb" in n for n in notes), notes
+    assert any("scratch.ipynb is not part of the assignment" in n for n in notes), notes
+    assert _ids(staged) == _ids(nbformat.from_dict(answered))
+    assert "Notes from grading" in staged.cells[0].source  # the feedback page shows them
+
+
+def test_changed_grade_cells_are_graded_on_what_is_there(tmp_path):
+    """A renamed test cell, a solution cell marked as a test, a copied cell, a deleted answer cell
+    whose code the student moved to a new cell: the assignment's marks, the student's code."""
+    nb = tiny_notebook()
+    by_id = {c["metadata"].get("nbgrader", {}).get("grade_id"): c for c in nb["cells"]}
+    by_id["softmax-values"]["metadata"]["nbgrader"]["grade_id"] = "my-own-name"  # renamed test cell
+    by_id["causal-solution"]["metadata"]["nbgrader"].update(grade=True, points=5)  # a solution as a test
+    nb["cells"].append(json.loads(json.dumps(by_id["step-values"])))  # a copied test cell
+    moved = json.loads(json.dumps(by_id["split-solution"]))
+    del moved["metadata"]["nbgrader"]  # its code, in a cell of its own
+    index = nb["cells"].index(by_id["split-solution"])
+    nb["cells"][index] = moved  # the answer cell itself deleted
+    notes, staged = _stage_case(tmp_path, {f"{NAME}.ipynb": nb})
+    text = "\n".join(notes)
+    assert "'my-own-name', which tiny.ipynb does not have, was run as an ordinary cell" in text, text
+    assert "The grading marks of cell 'causal-solution' had been changed" in text
+    assert "A second cell marked 'step-values'" in text
+    assert "The test cell 'softmax-values' was missing; it was put back." in text
+    assert "The answer cell 'split-solution' was missing" in text
+    assert sorted(_ids(staged)) == sorted(_ids(nbformat.from_dict(tiny_notebook())))
+    marks = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"] for c in staged.cells if "nbgrader" in c.metadata}
+    assert marks["causal-solution"]["grade"] is False and "points" not in marks["causal-solution"]
+    split = [c for c in staged.cells if "def my_split" in c.source]
+    assert split and "nbgrader" not in split[0].metadata  # the student's code runs where it is
+    order = _ids(staged)
+    assert order.index("softmax-solution") < order.index("softmax-values") < order.index("softmax-fully_masked")
+
+
+@pytest.mark.parametrize("case, phrase", [("bytes", "over the grading limit of 0.1 MB"),
+                                          ("cells", "has 600 cells, over the grading limit of 500"),
+                                          ("json", "is not a notebook (it is not JSON")])
+def test_notebooks_over_the_limits_are_not_read(tmp_path, case, phrase):
+    from attnbook_classroom.course.stage import Unreadable
+
+    nb = tiny_notebook()
+    if case == "bytes":
+        nb["cells"][0]["source"] = "x" * 150_000
+    elif case == "cells":
+        nb["cells"] += [_cell("code", "") for _ in range(600 - len(nb["cells"]))]
+    content = "{not json" if case == "json" else nb
+    with pytest.raises(Unreadable, match=re.escape(phrase)):
+        _stage_case(tmp_path, {f"{NAME}.ipynb": content}, max_bytes=100_000)

@@ -15,11 +15,13 @@ For the book's other editions, :func:`student_exercise_cells` gives the student 
 chapter's exercises.
 """
 
+# Light to import (nbgrader loads this package's exchange classes and preprocessors in commands
+# that never grade): what grades imports torch when it runs.
 from attnbook_classroom.course.assign import build_assignments
 from attnbook_classroom.course.folder import COURSE_ID, DEFAULT_ROOT
 from attnbook_classroom.course.grade import export_csv, grade
-from attnbook_classroom.course.notebooks import (exercise_notebook, exercise_section, graded_cells, student_exercise_cells, toc_chapters,
-                        toc_files)
+from attnbook_classroom.course.notebooks import (exercise_notebook, exercise_section, graded_cells, student_exercise_cells,
+                                                 toc_chapters, toc_files)
 
 __all__ = ["COURSE_ID", "DEFAULT_ROOT", "build_assignments", "grade", "export_csv", "exercise_notebook",
            "exercise_section", "student_exercise_cells", "graded_cells", "toc_chapters", "toc_files"]

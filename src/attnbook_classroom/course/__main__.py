@@ -6,9 +6,7 @@ import argparse
 import pathlib
 
 from attnbook_classroom.course import __doc__ as DOC
-from attnbook_classroom.course.assign import build_assignments
-from attnbook_classroom.course.folder import DEFAULT_ROOT
-from attnbook_classroom.course.grade import export_csv, grade
+from attnbook_classroom.course.folder import DEFAULT_ROOT, run_nbgrader
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,13 +28,24 @@ def main(argv: list[str] | None = None) -> None:
     g.add_argument("--workers", type=int, default=None, help="students graded at a time")
     e = sub.add_parser("export", help="write grades.csv from the gradebook")
     e.add_argument("--root", type=pathlib.Path, default=DEFAULT_ROOT)
+    n = sub.add_parser("nbgrader", help="run an nbgrader command in the course folder (e.g. collect 07_masking)")
+    n.add_argument("--root", type=pathlib.Path, default=DEFAULT_ROOT)
+    n.add_argument("arguments", nargs=argparse.REMAINDER, help="nbgrader's command and its arguments")
     args = parser.parse_args(argv)
     if args.command == "assignments":
+        from attnbook_classroom.course.assign import build_assignments
+
         build_assignments(args.root, args.notebooks or None, args.exchange)
     elif args.command == "grade":
+        from attnbook_classroom.course.grade import grade
+
         grade(args.root, students=args.student, assignments=args.assignment, force=args.force,
               feedback=not args.no_feedback, workers=args.workers)
+    elif args.command == "nbgrader":
+        raise SystemExit(run_nbgrader(args.root, args.arguments))
     else:
+        from attnbook_classroom.course.grade import export_csv
+
         print(export_csv(args.root.resolve()))
 
 

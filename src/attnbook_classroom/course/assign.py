@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
 import sys
 
 import nbformat
 
-from attnbook_classroom.course.folder import COURSE_ID, DEFAULT_ROOT, api, due_dates, ensure_secret, roster, use_venv_bin, write_config
+from attnbook_classroom.course.folder import (COURSE_ID, DEFAULT_ROOT, api, due_dates, ensure_secret, make_private,
+                                              private_files, roster, use_venv_bin, write_config)
 from attnbook_classroom.course.notebooks import check_exercise_notebook, exercise_notebook, exercise_section, toc_chapters
 
-__all__ = ["build_assignments", "nbgrader_failed"]
+__all__ = ["build_assignments", "nbgrader_failed", "prepare_exchange"]
 
 
 def nbgrader_failed(result: dict, what: str) -> str | None:
@@ -25,24 +28,51 @@ def _exercises(path: pathlib.Path) -> nbformat.NotebookNode | None:
     """A chapter's exercise notebook; a notebook without a section but with nbgrader cells is one already."""
     if exercise_section(path):
         return exercise_notebook(path)
-    nb = nbformat.read(str(path), as_version=4)
-    return nb if any("nbgrader" in c.metadata for c in nb.cells) else None
+    raw = json.loads(pathlib.Path(path).read_text())
+    for index, cell in enumerate(raw.get("cells", [])):
+        cell.setdefault("id", f"cell-{index}")  # fixed ids: a notebook made again is the same notebook
+    raw["nbformat_minor"] = max(raw.get("nbformat_minor", 5), 5)
+    nb = nbformat.from_dict(raw)
+    return nb if any("nbgrader" in c.get("metadata", {}) for c in nb.cells) else None
+
+
+def prepare_exchange(exchange: pathlib.Path) -> None:
+    """nbgrader's exchange for the course, when it is ours to make: the root (every student can
+    write there; the sticky bit keeps each one's entries theirs), and the course's ``outbound``
+    (readable by all), ``inbound`` (students can add a folder, not list nor, with the sticky bit,
+    remove or rename another's) and ``feedback`` (reachable by a name only its student knows)."""
+    if not exchange.exists():
+        exchange.mkdir(parents=True)
+        exchange.chmod(0o1777)
+    if exchange.stat().st_uid != os.geteuid():
+        return  # an exchange set up by the server's administrator
+    course = exchange / COURSE_ID
+    for folder, mode in ((course, 0o755), (course / "outbound", 0o755), (course / "inbound", 0o1733),
+                         (course / "feedback", 0o711)):
+        if not folder.exists():
+            folder.mkdir()
+        if folder.stat().st_uid == os.geteuid() and not folder.is_symlink():
+            folder.chmod(mode)
 
 
 def build_assignments(root: pathlib.Path = DEFAULT_ROOT, notebooks: list[pathlib.Path] | None = None,
                       exchange: pathlib.Path | None = None) -> list[pathlib.Path]:
-    """Set the course up in ``root`` and release the exercise notebook of every chapter.
+    """Set the course up in ``root`` (readable by you only) and release the exercise notebook of
+    every chapter.
 
     Returns the released notebooks (``root/release/<chapter>/<chapter>.ipynb``)."""
-    from nbgrader.api import Gradebook
-
     use_venv_bin()
     root = pathlib.Path(root).resolve()
-    root.mkdir(parents=True, exist_ok=True)
     exchange = pathlib.Path(exchange or root.parent / "exchange").resolve()
-    if not exchange.exists():  # nbgrader's exchange: a folder every student can write to
-        exchange.mkdir(parents=True)
-        exchange.chmod(0o777)
+    make_private(root)
+    prepare_exchange(exchange)
+    with private_files():
+        return _build(root, notebooks, exchange)
+
+
+def _build(root, notebooks, exchange):
+    from nbgrader.api import Gradebook
+
     write_config(root, exchange)
     ensure_secret(root)
     nbgrader = api(root)
@@ -57,9 +87,12 @@ def build_assignments(root: pathlib.Path = DEFAULT_ROOT, notebooks: list[pathlib
         check_exercise_notebook(nb, path.name)
         source = root / "source" / name
         source.mkdir(parents=True, exist_ok=True)
+        text, path_ = nbformat.writes(nb), source / f"{name}.ipynb"
         for old in source.glob("*.ipynb"):
-            old.unlink()
-        nbformat.write(nb, str(source / f"{name}.ipynb"))
+            if old != path_:
+                old.unlink()
+        if not path_.exists() or path_.read_text() != text:  # unchanged: nothing to grade again
+            path_.write_text(text)
         error = nbgrader_failed(nbgrader.generate_assignment(name, force=True), f"generate_assignment {name}")
         if error:
             sys.stderr.write(error + "\n")

@@ -13,12 +13,15 @@ Layout (nbgrader's, plus three files of the book's)::
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import dataclasses
 import functools
 import json
 import os
 import pathlib
 import secrets
+import stat
 import sys
 
 import nbformat
@@ -26,7 +29,8 @@ import nbformat
 from attnbook_classroom.course.notebooks import REPO
 
 __all__ = ["COURSE_ID", "DEFAULT_ROOT", "use_venv_bin", "write_config", "ensure_secret", "read_secret",
-           "roster", "due_dates", "config", "limits", "api", "source_cells", "verdict_cache"]
+           "roster", "due_dates", "config", "limits", "api", "source_cells", "verdict_cache", "private_files",
+           "make_private", "link_problem", "Limits", "run_nbgrader"]
 
 COURSE_ID = "attention-book"
 DEFAULT_ROOT = REPO / "_build" / "course"
@@ -39,6 +43,49 @@ def use_venv_bin() -> None:
     path = os.environ.get("PATH", "")
     if bin_dir not in path.split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + path
+
+
+@contextlib.contextmanager
+def private_files():
+    """Files and folders made inside are readable by their owner only (umask 077)."""
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def make_private(root: pathlib.Path) -> None:
+    """Create the course folder readable by its owner only, or close an existing one that is not."""
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if root.stat().st_mode & 0o077:
+        print(f"note: {root} was readable by others; it is now readable by you only (chmod 700)")
+        root.chmod(0o700)
+
+
+def link_problem(folder: pathlib.Path, where: str = "") -> str | None:
+    """Why ``folder`` (a submission) must not be graded: it, or anything in it, is a symbolic link
+    or not a regular file or folder; None when it holds only plain files and folders. Nothing is
+    followed."""
+    name = where or folder.name
+    try:
+        st = os.lstat(folder)
+    except OSError as exc:
+        return f"{name} cannot be read ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{name} is a symbolic link (to {os.readlink(folder)}); it is not followed"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{name} is not a folder"
+    for base, dirs, files in os.walk(folder, followlinks=False):
+        for entry in dirs + files:
+            path = pathlib.Path(base) / entry
+            mode = os.lstat(path).st_mode
+            relative = path.relative_to(folder.parent)
+            if stat.S_ISLNK(mode):
+                return f"{relative} is a symbolic link (to {os.readlink(path)}); it is not followed"
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                return f"{relative} is not a regular file (a pipe, a socket or a device)"
+    return None
 
 
 def write_config(root: pathlib.Path, exchange: pathlib.Path) -> None:
@@ -57,6 +104,11 @@ _root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.course_id = {COURSE_ID!r}
 c.CourseDirectory.root = _root
 c.Exchange.root = {str(exchange)!r}
+# Collection never follows a link nor believes a folder's name (attnbook_classroom.course.exchange):
+# a submission is its owner's, written when the file system says; anything else is refused and
+# listed in .grading/refused.json. Feedback is released for every student it can be, the others listed.
+c.ExchangeFactory.collect = "attnbook_classroom.course.exchange.SafeCollect"
+c.ExchangeFactory.release_feedback = "attnbook_classroom.course.exchange.RobustReleaseFeedback"
 
 # Autograding: instead of executing the notebook in a kernel, run the student's code in a
 # bubblewrap sandbox and compare its results with the references outside it (attnbook_classroom.course.plugins).
@@ -72,12 +124,18 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties"]
 c.SandboxedGrading.course_root = _root
 c.OverwriteCells.add_missing_cells = True  # a test cell a student deleted is put back and graded
-c.SandboxedGrading.cell_timeout = 30.0  # seconds per cell and per test cell (nbgrader's default)
-c.SandboxedGrading.notebook_timeout = 120.0  # seconds for all of one notebook
+# What a student's code may take when graded (the exercises' cells take under 2 s each): a code
+# that never ends costs the class at most these.
+c.SandboxedGrading.cell_timeout = 10.0  # seconds per cell and per test cell
+c.SandboxedGrading.notebook_timeout = 60.0  # seconds for all of one notebook
+c.SandboxedGrading.student_timeout = 180.0  # seconds for all of one student's notebooks in one make grade
+c.SandboxedGrading.max_notebook_bytes = 16_000_000  # a larger notebook is not graded (make grade)
+c.SandboxedGrading.max_cells = 1000  # nor one with more cells
 # Feedback pages never show the hidden tests' code.
+# Their maths is MathML (read offline, without MathJax), their messages wrap.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades", "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
-    "attnbook_classroom.course.plugins.HideHiddenTests"]
+    "attnbook_classroom.course.plugins.HideHiddenTests", "attnbook_classroom.course.plugins.TypesetMaths"]
 c.GenerateFeedback.exporter_class = "attnbook_classroom.course.plugins.FeedbackExporter"
 # Late submissions are recorded and listed in grades.csv; set "zero" here (or in the local file)
 # to give them no points, or write a LateSubmissionPlugin of your own.
@@ -135,20 +193,42 @@ def config(root: pathlib.Path):
     return PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
 
 
-def limits(root: pathlib.Path) -> tuple[float, float]:
-    """Seconds allowed to a cell (or test cell), and to a whole notebook, when graded."""
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What grading allows a submission (``c.SandboxedGrading.*`` in the course's configuration)."""
+
+    cell: float = 10.0  # seconds for each code cell and each test cell (the exercises' take under 2)
+    notebook: float = 60.0  # seconds for all of one notebook
+    student: float = 180.0  # seconds for all of one student's notebooks in one run of make grade
+    notebook_bytes: int = 16_000_000  # a larger notebook is not read
+    cells: int = 1000  # a notebook with more cells is not read
+
+
+def limits(root: pathlib.Path) -> Limits:
+    """The course's grading limits (its nbgrader_config.py and the local file it loads)."""
     settings = config(root).SandboxedGrading
-    return float(settings.get("cell_timeout", 30.0)), float(settings.get("notebook_timeout", 120.0))
+    default = Limits()
+    return Limits(float(settings.get("cell_timeout", default.cell)),
+                  float(settings.get("notebook_timeout", default.notebook)),
+                  float(settings.get("student_timeout", default.student)),
+                  int(settings.get("max_notebook_bytes", default.notebook_bytes)),
+                  int(settings.get("max_cells", default.cells)))
 
 
-def api(root: pathlib.Path):
-    """nbgrader's API for the course in ``root``, configured by its nbgrader_config.py."""
+def api(root: pathlib.Path, staged: bool = False):
+    """nbgrader's API for the course in ``root``, configured by its nbgrader_config.py; with
+    ``staged``, its autograde reads the submissions as ``make grade`` staged them
+    (:mod:`attnbook_classroom.course.stage`)."""
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
+
+    from attnbook_classroom.course.stage import STAGED
 
     config_ = config(root)
     config_.CourseDirectory.root = str(root)
     config_.CourseDirectory.course_id = COURSE_ID
+    if staged:
+        config_.CourseDirectory.submitted_directory = STAGED
     return NbGraderAPI(coursedir=CourseDirectory(config=config_), config=config_)
 
 
@@ -201,3 +281,25 @@ def save_state(root: pathlib.Path, state: dict) -> None:
     path = pathlib.Path(root) / ".grading" / "graded.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(state, indent=1, sort_keys=True))
+
+
+def run_nbgrader(root: pathlib.Path, arguments: list[str]) -> int:
+    """Run ``nbgrader ARGUMENTS`` as the course's instructor: in the course folder (so that its
+    configuration applies), with this environment's scripts on the PATH (nbgrader runs
+    ``alembic``), and with files made readable by you only. Returns its exit status."""
+    root = pathlib.Path(root).resolve()
+    if not (root / "nbgrader_config.py").is_file():
+        raise SystemExit(f"{root} is not a course folder: run `make assignments` first")
+    arguments = [a for a in arguments if a != "--"]
+    if not arguments:
+        raise SystemExit("usage: python -m attnbook_classroom.course nbgrader COMMAND [ARGUMENTS]")
+    from nbgrader.apps.nbgraderapp import NbGraderApp
+
+    use_venv_bin()
+    os.chdir(root)
+    with private_files():
+        try:
+            NbGraderApp.launch_instance(argv=arguments)
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0

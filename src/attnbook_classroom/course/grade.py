@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import csv
 import datetime
+import functools
 import hashlib
+import json
 import os
 import pathlib
 import time
@@ -30,24 +32,40 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import nbformat
 
-from attnbook_classroom.grading.sandbox import Sandbox, SandboxUnavailable, check_available
-from attnbook_classroom.grading.submission import grade_in_sandbox, grader_version
 from attnbook_classroom.course.assign import nbgrader_failed
-from attnbook_classroom.course.folder import (COURSE_ID, DEFAULT_ROOT, api, limits, load_state, read_secret, roster, save_state,
-                     use_venv_bin, verdict_cache)
-from attnbook_classroom.course.plugins import submission_for
+from attnbook_classroom.course.folder import (COURSE_ID, DEFAULT_ROOT, api, config, due_dates, limits, link_problem, load_state,
+                                              private_files, read_secret, roster, save_state, use_venv_bin,
+                                              verdict_cache)
+from attnbook_classroom.course.exchange import load_refused
+from attnbook_classroom.course.stage import STAGED, Unreadable, stage
 
-__all__ = ["grade", "export_csv"]
+__all__ = ["grade", "export_csv", "released_assignments", "sync_gradebook"]
 
 COLUMNS = ["student_id", "last_name", "first_name", "email", "assignment", "status", "score", "max_score",
            "timestamp", "duedate", "seconds_late", "needs_manual_grade", "note"]
 
 
-def _fingerprint(folder: pathlib.Path, source: pathlib.Path) -> str:
-    h = hashlib.sha256(grader_version().encode())
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()) + sorted(source.glob("*.ipynb")):
-        h.update(str(path.relative_to(path.parents[1])).encode() + b"\0" + path.read_bytes())
+def _fingerprint(folder: pathlib.Path, source: pathlib.Path, duedate: str = "") -> str:
+    """A digest of what a grade depends on: the submission's files, what grades in the assignment's
+    source (each cell's type, source and grading marks, not its id) and its due date, and the grader."""
+    from attnbook_classroom.grading.submission import grader_version
+
+    h = hashlib.sha256(grader_version().encode() + b"\0" + duedate.encode())
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(path.parents[1])).encode() + b"\0")
+        with open(path, "rb") as f:  # in chunks: a bloated notebook is not held in memory
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    for path in sorted(source.glob("*.ipynb")):
+        h.update(path.name.encode() + _graded_content(str(path), path.stat().st_mtime_ns))
     return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _graded_content(path: str, mtime: int) -> bytes:
+    nb = nbformat.read(path, as_version=4)
+    return json.dumps([[c.cell_type, c.source, c.metadata.get("nbgrader", {}), c.metadata.get("tags", [])]
+                       for c in nb.cells]).encode()
 
 
 def _ensure_timestamp(folder: pathlib.Path) -> None:
@@ -100,28 +118,48 @@ def _start_worker() -> None:
 
 
 def _grade_student(root, student, assignments, feedback) -> dict[str, dict]:
-    """Verdicts of one student's submissions, then nbgrader's records: assignment -> state entry."""
-    problems, stopped = _prepare_student(root, student, assignments)
-    nbgrader = api(root)
+    """Stage, then the verdicts of one student's submissions, then nbgrader's records:
+    assignment -> state entry (``status``, ``note``, ``stopped``)."""
+    settings = limits(root)
+    problems, notes = {}, {}
+    for assignment in assignments:
+        try:
+            notes[assignment] = stage(root / "submitted" / student / assignment, root / "source" / assignment,
+                                      root / "release" / assignment, root / STAGED / student / assignment,
+                                      max_bytes=settings.notebook_bytes, max_cells=settings.cells)
+        except Unreadable as exc:
+            problems[assignment] = f"not graded: {exc}"
+        except Exception as exc:
+            problems[assignment] = f"not graded: the submission could not be read ({type(exc).__name__}: {exc})"
+    gradable = [a for a in assignments if a not in problems]
+    failed, stopped = _prepare_student(root, student, gradable, settings)
+    nbgrader = api(root, staged=True)
     entries = {}
     for assignment in assignments:
-        entries[assignment] = _record(nbgrader, root, student, assignment, feedback,
-                                      problems.get(assignment) or problems.get("*"))
-        entries[assignment]["stopped"] = stopped.get(assignment, [])
+        if assignment in problems:
+            entries[assignment] = {"status": "error", "note": problems[assignment], "stopped": []}
+            continue
+        entry = _record(nbgrader, root, student, assignment, feedback, failed.get(assignment) or failed.get("*"))
+        entry["note"] = " ".join([entry.get("note", "")] + notes.get(assignment, [])).strip()
+        entry["stopped"] = stopped.get(assignment, [])
+        entries[assignment] = entry
     return entries
 
 
-def _prepare_student(root, student, assignments):
-    """Verdicts for one student's submissions (cached), in one sandbox. Never raises but
-    SandboxUnavailable. Returns {assignment: a problem}, {assignment: tests the student's code stopped}."""
+def _prepare_student(root, student, assignments, settings):
+    """Verdicts for one student's staged submissions (cached), in one sandbox, within the student's
+    time budget. Never raises but SandboxUnavailable. Returns {assignment: a problem},
+    {assignment: tests the student's code stopped}."""
+    from attnbook_classroom.course.plugins import submission_for
+    from attnbook_classroom.grading.sandbox import Sandbox, SandboxUnavailable
+
     cache, subs, problems, stopped = verdict_cache(root), [], {}, {}
-    cell_limit, total_limit = limits(root)
     for assignment in assignments:
-        for path in sorted((root / "submitted" / student / assignment).glob("*.ipynb")):
+        for path in sorted((root / STAGED / student / assignment).glob("*.ipynb")):
             try:
                 nb = nbformat.read(str(path), as_version=4)
-                sub = submission_for(nb, root, student, assignment, path.stem, cell_limit, total_limit)
-            except Exception as exc:  # unreadable JSON, a broken cell format, a missing source
+                sub = submission_for(nb, root, student, assignment, path.stem, settings.cell, settings.notebook)
+            except Exception as exc:  # a broken cell format, a missing source
                 problems[assignment] = f"{path.name} could not be read: {type(exc).__name__}: {str(exc)[:300]}"
                 continue
             cached = cache.get(sub.key())
@@ -130,9 +168,11 @@ def _prepare_student(root, student, assignments):
             else:
                 stopped.setdefault(assignment, []).extend(cached.failures())
     if subs:
+        end = time.monotonic() + settings.student
         try:
             with Sandbox([root]) as sandbox:
-                for (assignment, sub), verdicts in zip(subs, grade_in_sandbox([s for _, s in subs], sandbox=sandbox)):
+                for assignment, sub in subs:
+                    verdicts = sub.judge(sub.run(sandbox, budget=end - time.monotonic()))
                     cache.put(sub.key(), verdicts)
                     stopped.setdefault(assignment, []).extend(verdicts.failures())
         except SandboxUnavailable:
@@ -142,14 +182,36 @@ def _prepare_student(root, student, assignments):
     return problems, stopped
 
 
+def _submissions(submitted: pathlib.Path):
+    """(student, assignment, folder, problem) for every submission folder, found without following
+    a link: ``problem`` says why one is not graded (a link or a special file in it), else None."""
+    for student_dir in sorted(submitted.iterdir()):
+        if student_dir.name.startswith("."):
+            continue
+        problem = link_problem(student_dir, f"submitted/{student_dir.name}") if (
+            student_dir.is_symlink() or not student_dir.is_dir()) else None
+        if problem:
+            yield student_dir.name, None, student_dir, problem
+            continue
+        for folder in sorted(student_dir.iterdir()):
+            if folder.name.startswith("."):  # collection's staging folders
+                continue
+            yield (student_dir.name, folder.name, folder,
+                   link_problem(folder, f"submitted/{student_dir.name}/{folder.name}"))
+
+
 def grade(root: pathlib.Path = DEFAULT_ROOT, *, students: list[str] | None = None,
           assignments: list[str] | None = None, force: bool = False, feedback: bool = True,
           workers: int | None = None) -> pathlib.Path:
-    """Grade new and changed submissions under ``root/submitted``; return the path of grades.csv."""
+    """Grade new and changed submissions under ``root/submitted``; return the path of grades.csv.
+    Nothing is followed: a submission that is, or holds, a symbolic link or a special file is not
+    graded (status ``error``, with the reason)."""
     use_venv_bin()
     root = pathlib.Path(root).resolve()
     submitted = root / "submitted"
-    if not submitted.is_dir():
+    from attnbook_classroom.grading.sandbox import SandboxUnavailable, check_available
+
+    if submitted.is_symlink() or not submitted.is_dir():
         raise SystemExit(f"no submissions: put them in {submitted}/<student>/<assignment>/<assignment>.ipynb "
                          "(nbgrader collect does)")
     try:
@@ -157,23 +219,36 @@ def grade(root: pathlib.Path = DEFAULT_ROOT, *, students: list[str] | None = Non
     except SandboxUnavailable as exc:
         raise SystemExit(f"Not grading: {exc}") from None
     read_secret(root)  # a clear error now rather than one per submission
+    with private_files():
+        return _grade(root, submitted, students, assignments, force, feedback, workers)
+
+
+def _grade(root, submitted, students, assignments, force, feedback, workers):
+    from attnbook_classroom.grading.sandbox import SandboxUnavailable
+
+    sync_gradebook(root)  # the roster and the due dates as they are now
     released = sorted(p.name for p in (root / "source").iterdir() if p.is_dir())
     names = {r["id"] for r in roster(root) or []}
+    dates = due_dates(root)
     state, started = load_state(root), time.monotonic()
     todo: dict[str, list[str]] = {}
     skipped: list[str] = []
-    for folder in sorted(p for p in submitted.glob("*/*") if p.is_dir()):
-        student, assignment = folder.parent.name, folder.name
-        if (students and student not in students) or (assignments and assignment not in assignments):
+    for student, assignment, folder, problem in _submissions(submitted):
+        if (students and student not in students) or (assignments and assignment and assignment not in assignments):
             continue
-        if assignment not in released:
+        if assignment is not None and assignment not in released:
             skipped.append(f"{student}/{assignment}: no such assignment in source/")
             continue
         if names and student not in names:
-            skipped.append(f"{student}/{assignment}: {student} is not on the roster (students.csv)")
+            skipped.append(f"{student}/{assignment or '*'}: {student} is not on the roster (students.csv)")
+            continue
+        if problem:
+            for name in ([assignment] if assignment else released):
+                state[f"{student}/{name}"] = {"fingerprint": None, "status": "error", "stopped": [],
+                                              "note": f"not graded: {problem}"}
             continue
         _ensure_timestamp(folder)
-        fingerprint = _fingerprint(folder, root / "source" / assignment)
+        fingerprint = _fingerprint(folder, root / "source" / assignment, dates.get(assignment, ""))
         if force or state.get(f"{student}/{assignment}", {}).get("fingerprint") != fingerprint:
             todo.setdefault(student, []).append(assignment)
             state[f"{student}/{assignment}"] = {"fingerprint": fingerprint}
@@ -190,13 +265,15 @@ def grade(root: pathlib.Path = DEFAULT_ROOT, *, students: list[str] | None = Non
                 entries = future.result()
             except SandboxUnavailable as exc:
                 raise SystemExit(f"Not grading: {exc}") from None
-            except Exception:
-                note = traceback.format_exc(limit=3)
+            except Exception as exc:
+                where = _keep_log(root, student, "all", "grading", traceback.format_exc())
+                note = f"grading failed: {type(exc).__name__}: {str(exc)[:200]} (the traceback: {where})"
                 entries = {a: {"status": "error", "note": note, "stopped": []} for a in todo[student]}
             for assignment, entry in entries.items():
                 state[f"{student}/{assignment}"].update(entry)
                 print(f"graded {student}/{assignment}: {entry['status']}")
             save_state(root, state)
+    save_state(root, state)
     csv_path = export_csv(root, state)
     _summary(root, state, skipped, count, time.monotonic() - started)
     return csv_path
@@ -211,42 +288,95 @@ def _record(nbgrader, root, student, assignment, feedback, problem) -> dict:
         return _autograde(nbgrader, root, student, assignment, feedback)
 
 
-def _retrying(call, what: str) -> str | None:
-    """Run an NbGraderAPI call; retry while another worker holds the gradebook's lock."""
+def _retrying(call, what: str) -> tuple[str | None, str]:
+    """Run an NbGraderAPI call; retry while another worker holds the gradebook's lock. Returns
+    (what failed or None, nbgrader's whole log)."""
     for attempt in range(8):
-        error = nbgrader_failed(call(), what)
+        result = call()
+        error = nbgrader_failed(result, what)
         if error is None or "database is locked" not in error:
-            return error
+            return error, (result.get("log", "") + "\n" + result.get("error", "")).strip()
         time.sleep(0.2 * (attempt + 1))
-    return error
+    return error, (result.get("log", "") + "\n" + result.get("error", "")).strip()
+
+
+def _keep_log(root, student, assignment, what: str, log: str) -> str:
+    """Write nbgrader's log where the instructor finds it; return its path, relative to ``root``."""
+    path = root / ".grading" / "logs" / student / f"{assignment}.{what}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(log + "\n")
+    return str(path.relative_to(root))
 
 
 def _autograde(nbgrader, root, student, assignment, feedback) -> dict:
-    error = _retrying(lambda: nbgrader.autograde(assignment, student, force=True), "autograde")
+    error, log = _retrying(lambda: nbgrader.autograde(assignment, student, force=True), "autograde")
     if error:
-        return {"status": "error", "note": error.splitlines()[-1][:300]}
+        where = _keep_log(root, student, assignment, "autograde", log)
+        last = next((line for line in reversed(error.splitlines()) if line.strip()), "")
+        return {"status": "error", "note": f"nbgrader's autograde failed: {last[:300]} (its log: {where})"}
     if feedback:
-        error = _retrying(lambda: nbgrader.generate_feedback(assignment, student, force=True), "generate_feedback")
+        error, log = _retrying(lambda: nbgrader.generate_feedback(assignment, student, force=True),
+                               "generate_feedback")
         if error:
-            return {"status": "graded", "note": "no feedback page: " + error.splitlines()[-1][:200]}
+            where = _keep_log(root, student, assignment, "feedback", log)
+            return {"status": "graded", "note": f"no feedback page: nbgrader's generate_feedback failed (its log: {where})"}
     return {"status": "graded", "note": ""}
 
 
+def released_assignments(root: pathlib.Path) -> list[str]:
+    """The assignments handed out: released through the exchange (``make release``), given a due
+    date in ``due_dates.csv``, or handed in by someone (placed in ``submitted/`` by hand, say)."""
+    root = pathlib.Path(root)
+    generated = sorted(p.name for p in (root / "source").iterdir() if p.is_dir()) if (root / "source").is_dir() else []
+    exchange = config(root).Exchange.get("root")
+    outbound = pathlib.Path(exchange) / COURSE_ID / "outbound" if exchange else None
+    submitted = root / "submitted"
+    handed = {p.name for s in submitted.iterdir() if not s.name.startswith(".") and s.is_dir()
+              and not s.is_symlink() for p in s.iterdir()} if submitted.is_dir() else set()
+    dates = due_dates(root)
+    return [name for name in generated if name in dates or name in handed
+            or (outbound is not None and (outbound / name).is_dir())]
+
+
+def sync_gradebook(root: pathlib.Path) -> None:
+    """Put the roster (``students.csv``) and the due dates (``due_dates.csv``) in the gradebook as
+    they are now: no notebook is generated again, no submission graded again."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{pathlib.Path(root) / 'gradebook.db'}", course_id=COURSE_ID) as gb:
+        for name, date in due_dates(root).items():
+            try:
+                gb.find_assignment(name)
+            except MissingEntry:
+                continue
+            gb.update_or_create_assignment(name, duedate=date)
+        for student in roster(root) or []:
+            fields = {k: student[k] for k in ("first_name", "last_name", "email") if student.get(k)}
+            gb.update_or_create_student(student["id"], **fields)
+
+
+LMS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+
+
 def export_csv(root: pathlib.Path, state: dict | None = None, csv_path: pathlib.Path | None = None) -> pathlib.Path:
-    """Write ``grades.csv``: every roster student x every released assignment, with a status."""
+    """Write ``grades.csv`` (every roster student x every released assignment, with a status) and
+    ``grades-lms.csv`` (one row per student, one column per released assignment, for Canvas and
+    Moodle)."""
     from nbgrader.api import Gradebook, MissingEntry
 
     root = pathlib.Path(root)
     state = load_state(root) if state is None else state
     csv_path = csv_path or root / "grades.csv"
+    sync_gradebook(root)
     people = roster(root)
+    released = released_assignments(root)
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}", course_id=COURSE_ID) as gb:
         if people is None:
-            folders = sorted(p.name for p in (root / "submitted").iterdir() if p.is_dir()) \
+            folders = sorted(p.name for p in (root / "submitted").iterdir() if not p.name.startswith(".")) \
                 if (root / "submitted").is_dir() else []
             people = [{"id": s} for s in folders]
         rows = []
-        for assignment in sorted(gb.assignments, key=lambda a: a.name):
+        for assignment in sorted((a for a in gb.assignments if a.name in released), key=lambda a: a.name):
             for person in people:
                 sid, entry = person["id"], state.get(f"{person['id']}/{assignment.name}", {})
                 row = {"student_id": sid, "last_name": person.get("last_name", ""),
@@ -257,12 +387,12 @@ def export_csv(root: pathlib.Path, state: dict | None = None, csv_path: pathlib.
                     sub = gb.find_submission(assignment.name, sid)
                 except MissingEntry:
                     sub = None
-                present = (root / "submitted" / sid / assignment.name).is_dir()
+                present = os.path.lexists(root / "submitted" / sid / assignment.name) or \
+                    os.path.islink(root / "submitted" / sid)
                 if not present:
                     row.update(status="missing", score="", timestamp="", seconds_late="", needs_manual_grade="")
-                elif sub is None or entry.get("status") == "error":
-                    row.update(status="error", score=f"{sub.score:g}" if sub else "0",
-                               timestamp="", seconds_late="", needs_manual_grade="",
+                elif sub is None or entry.get("status") == "error":  # never an older score
+                    row.update(status="error", score="", timestamp="", seconds_late="", needs_manual_grade="",
                                note=entry.get("note") or "not in the gradebook: run make grade")
                 else:
                     row.update(status=entry.get("status", "graded"), score=f"{sub.score:g}",
@@ -273,7 +403,22 @@ def export_csv(root: pathlib.Path, state: dict | None = None, csv_path: pathlib.
         writer = csv.DictWriter(f, COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
+    _export_lms(root, people, released, rows)
     return csv_path
+
+
+def _export_lms(root: pathlib.Path, people: list[dict], released: list[str], rows: list[dict]) -> None:
+    """``grades-lms.csv``: Canvas's gradebook columns (Student, ID, SIS User ID, SIS Login ID,
+    Section), then one column per released assignment holding the score (empty when missing or not
+    graded). The student id is the SIS user and login id; Moodle maps it as the username."""
+    scores = {(r["student_id"], r["assignment"]): r["score"] for r in rows}
+    with open(root / "grades-lms.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(LMS_COLUMNS + released)
+        for person in people:
+            name = ", ".join(n for n in (person.get("last_name", ""), person.get("first_name", "")) if n) or person["id"]
+            writer.writerow([name, "", person["id"], person["id"], ""]
+                            + [scores.get((person["id"], a), "") for a in released])
 
 
 def _summary(root: pathlib.Path, state: dict, skipped: list[str], count: int, seconds: float) -> None:
@@ -286,6 +431,8 @@ def _summary(root: pathlib.Path, state: dict, skipped: list[str], count: int, se
         ("Tests stopped by the student's code (timeouts, crashes)",
          [f"{key}: {m}" for key, e in sorted(state.items()) for m in e.get("stopped", [])]),
         ("Not graded", skipped),
+        ("Refused when collected (nothing of these folders was copied)",
+         [f"{r['student']}/{r['assignment']}: {r['folder']}: {r['reason']}" for r in load_refused(root)]),
         ("Missing (no submission)", [f"{r['student_id']}/{r['assignment']}" for r in rows if r["status"] == "missing"]),
         ("Late", [f"{r['student_id']}/{r['assignment']}: {float(r['seconds_late']):.0f} s late"
                   for r in rows if r["seconds_late"] not in ("", "0")]),

@@ -11,12 +11,14 @@ tests and mark schemes removed, outputs cleared, visible tests kept.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import pathlib
+import re
+import sys
 
 import nbformat
 
-from attnbook_classroom.grading.submission import BadTestCell, parse_test_cell
 
 __all__ = ["REPO", "toc_files", "toc_chapters", "graded_cells", "exercise_section", "exercise_notebook",
            "student_exercise_cells", "check_exercise_notebook", "SETUP_TAG"]
@@ -99,6 +101,7 @@ def exercise_notebook(chapter) -> nbformat.NotebookNode:
         "cells under it: each checks one thing, is worth its points, and when it fails its message "
         "says what is wrong. `nbgrader validate` runs every test at once. When your work is graded, "
         "hidden tests run each function again on inputs of your own.")
+    intro.id = "exercises-title"  # fixed ids: a notebook made again is the same notebook
     cells = [intro]
     first = nb.cells[0] if nb.cells else None
     if first is not None and first.cell_type == "code" and "google.colab" in _source(first):
@@ -106,16 +109,105 @@ def exercise_notebook(chapter) -> nbformat.NotebookNode:
     heading = section[0]
     cells += [_clean(c) for c in nb.cells[:nb.cells.index(heading)] if SETUP_TAG in c.metadata.get("tags", [])]
     body = _source(heading).lstrip()[len("## Exercises"):].strip()
-    if body and "{doc}" not in body and "solutions are folded away" not in body:
-        cells.append(nbformat.v4.new_markdown_cell(body))  # what the chapter says about its own exercises
+    if body and "solutions are folded away" not in body:
+        about = nbformat.v4.new_markdown_cell(body)  # what the chapter says about its own exercises
+        about.id = "exercises-about"
+        cells.append(about)
     cells += [_clean(c) for c in section[1:]]
+    if isinstance(chapter, (str, os.PathLike)):
+        cells = resolve_myst(cells, nb, pathlib.Path(chapter))
     out = nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": KERNELSPEC,
                                                           "language_info": {"name": "python"}})
     return out
 
 
+ROLE_OR_DIRECTIVE = re.compile(r"\{[A-Za-z][\w:+-]*\}`|^\s*(```+|:::+)\s*\{|^\([^()\s]+\)=\s*$", re.M)
+
+
+@functools.lru_cache(maxsize=1)
+def _book():
+    """The book's pages and labels, read by the runnable edition's MyST converter, which is
+    build-time code of the repository (src/bookbuild), not installed: the course notebooks are made
+    from a clone of the book, where it is."""
+    folder = REPO / "src" / "bookbuild"
+    if not (folder / "runnable").is_dir():
+        raise RuntimeError(f"{folder} is missing: the course's notebooks are made from a clone of the book")
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    from runnable.book import Book
+
+    return Book(REPO)
+
+
+def resolve_myst(cells: list, chapter_nb, chapter: pathlib.Path) -> list:
+    """The exercise notebook's Markdown as any Jupyter shows it: every MyST role and directive
+    resolved as the runnable edition resolves it (glued numbers written in, figures and equations
+    numbered, pages linked to their runnable notebook in the repository), and each figure an exercise
+    refers to put in the notebook, as an image with its caption, before the first cell that refers to
+    it."""
+    book = _book()
+    from runnable.edition import glued_values
+    from runnable.myst import ROLE, FigureBlock, MarkdownConverter
+
+    docname = book.docname_of(chapter, book.root)
+    glued, _ = glued_values(chapter_nb)
+
+    def link(target: str) -> str:
+        path = book.path(target)
+        if path is not None and path.suffix == ".ipynb":
+            return book.blob_url(f"chapters/runnable/{path.name}")
+        return book.blob_url(path.relative_to(book.root).as_posix() if path else target)
+
+    converter = MarkdownConverter(book=book, docname=docname, glued=glued, link=link)
+    cells = copy.deepcopy(cells)
+    if cells and cells[0].get("id") == "exercises-title":  # where to read the chapter they refer to
+        cells[0].source += (f"\n\nThe exercises refer to the chapter: read it in [its runnable notebook]"
+                            f"({link(docname)}); the figures they name are in this notebook.")
+    figures = {}  # the chapter's figures, by label
+    for cell in chapter_nb.cells:
+        if cell.cell_type == "markdown" and "glue:figure" in cell.source:
+            for piece in converter.convert(cell.source):
+                if isinstance(piece, FigureBlock) and piece.label:
+                    figures[piece.label] = piece
+    converter.cited.clear()
+    out, shown = [], set()
+    for cell in cells:
+        if cell.cell_type != "markdown":
+            out.append(cell)
+            continue
+        wanted = [m["content"].split("<")[-1].strip(" >") for m in ROLE.finditer(cell.source) if m["name"] == "numref"]
+        for label in wanted:
+            if label in figures and label not in shown:
+                out.append(_figure_cell(figures[label], glued, label))
+                shown.add(label)
+        pieces = converter.convert(cell.source)
+        cell = copy.deepcopy(cell)
+        cell.source = "\n\n".join(p for p in pieces if isinstance(p, str))
+        out.append(cell)
+    if converter.cited:
+        refs = "\n".join(f"- {book.bibliography[k].label}. {book.bibliography[k].reference}" for k in converter.cited)
+        out.append(nbformat.v4.new_markdown_cell("## References\n\n" + refs, id="exercises-references"))
+    return out
+
+
+def _figure_cell(block, glued: dict, label: str) -> nbformat.NotebookNode:
+    """A figure of the chapter as a Markdown cell: its image (attached) and its caption."""
+    data = glued.get(block.name, {})
+    image = data.get("image/png")
+    if image is None:
+        raise ValueError(f"the figure {label} was not glued as a PNG image")
+    name = f"{label}.png"
+    number = f"**Figure {block.number}.** " if block.number else ""
+    text = f"![{block.alt or label}](attachment:{name})\n\n{number}{block.caption}".rstrip()
+    cell = nbformat.v4.new_markdown_cell(text, id=re.sub(r"[^A-Za-z0-9_-]", "-", f"figure-{label}")[:64])
+    cell.attachments = {name: {"image/png": image if isinstance(image, str) else "".join(image)}}
+    return cell
+
+
 def check_exercise_notebook(nb, name: str = "notebook") -> None:
     """Raise ``ValueError`` naming the cell unless the notebook is in the book's exercise format."""
+    from attnbook_classroom.grading.submission import BadTestCell, parse_test_cell
+
     ids = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells if "grade_id" in c.metadata.get("nbgrader", {})]
     duplicated = sorted({i for i in ids if ids.count(i) > 1})
     if duplicated:

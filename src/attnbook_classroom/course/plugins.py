@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 
 import jinja2
 from nbconvert.exporters import HTMLExporter
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor, OverwriteCells
-from traitlets import Bool, Float, Unicode
+from traitlets import Bool, Float, Integer, Unicode
 
 from attnbook_classroom.grading.submission import Submission, grade_in_sandbox
-from attnbook_classroom.course.folder import read_secret, source_cells, verdict_cache
+from attnbook_classroom.course.folder import link_problem, read_secret, source_cells, verdict_cache
 from attnbook_classroom.course.notebooks import REPO
 
-__all__ = ["SandboxedGrading", "RestoreLockedCells", "HideHiddenTests", "FeedbackExporter", "scrubbed_paths"]
+__all__ = ["SandboxedGrading", "RestoreLockedCells", "HideHiddenTests", "FeedbackExporter", "TypesetMaths",
+           "typeset", "scrubbed_paths"]
 
 
 def scrubbed_paths(root: pathlib.Path) -> list[str]:
@@ -47,14 +49,22 @@ class SandboxedGrading(NbGraderPreprocessor):
     """Grade the notebook's test cells from a sandboxed run of its code (see the module)."""
 
     course_root = Unicode("", help="The course folder (default: the gradebook's folder).").tag(config=True)
-    cell_timeout = Float(30.0, help="Seconds allowed to each code cell and each test cell.").tag(config=True)
-    notebook_timeout = Float(120.0, help="Seconds allowed to all of one notebook.").tag(config=True)
+    cell_timeout = Float(10.0, help="Seconds allowed to each code cell and each test cell.").tag(config=True)
+    notebook_timeout = Float(60.0, help="Seconds allowed to all of one notebook.").tag(config=True)
+    student_timeout = Float(180.0, help="Seconds allowed to all of one student's notebooks in one run of "
+                            "make grade.").tag(config=True)
+    max_notebook_bytes = Integer(16_000_000, help="make grade does not grade a larger notebook.").tag(config=True)
+    max_cells = Integer(1000, help="make grade does not grade a notebook with more cells.").tag(config=True)
 
     def preprocess(self, nb, resources):
         info = resources["nbgrader"]
         root = pathlib.Path(self.course_root or info["db_url"].removeprefix("sqlite:///")).resolve()
         if root.suffix == ".db":
             root = root.parent
+        problem = link_problem(root / "submitted" / info["student"] / info["assignment"],
+                               f"submitted/{info['student']}/{info['assignment']}")
+        if problem:  # nbgrader has copied the folder following links: grade nothing of it
+            raise ValueError(f"not graded: {problem}")
         sub = submission_for(nb, root, info["student"], info["assignment"], info["notebook"],
                              self.cell_timeout, self.notebook_timeout)
         cache = verdict_cache(root)
@@ -93,6 +103,46 @@ class HideHiddenTests(ClearHiddenTests):
     enforce_metadata = Bool(False).tag(config=True)
 
 
+_MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?!\s)([^$\n]+?)(?<!\s)\$", re.S)
+_CODE = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]*`)", re.S)
+
+
+def typeset(markdown: str) -> str:
+    """``markdown`` with its TeX maths ($...$, $$...$$) replaced by MathML, which browsers draw
+    without a script or a network; code spans and blocks are left alone, and maths that cannot be
+    converted stays as it is."""
+    from docutils.utils.math import latex2mathml
+
+    def convert(match: re.Match) -> str:
+        block, inline = match.group(1), match.group(2)
+        try:
+            xml = latex2mathml.tex2mathml((block or inline).strip(), as_block=block is not None)
+        except Exception:
+            return match.group(0)
+        return " ".join(line.strip() for line in xml.splitlines())
+
+    parts = _CODE.split(markdown)
+    return "".join(part if i % 2 else _MATH.sub(convert, part) for i, part in enumerate(parts))
+
+
+class TypesetMaths(NbGraderPreprocessor):
+    """The maths of markdown cells as MathML (feedback pages are read offline, without MathJax)."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "markdown" and "$" in cell.source:
+            cell.source = typeset(cell.source)
+        return cell, resources
+
+
+FEEDBACK_STYLE = """<style>
+/* attnbook: messages wrap instead of running off the page; MathML at the text's size */
+.output_subarea pre, .jp-OutputArea-output pre, .jp-RenderedText pre {
+  white-space: pre-wrap !important; overflow-wrap: anywhere !important; }
+math { font-size: 1.05em; }
+</style>
+"""
+
+
 class _CompiledTemplates(jinja2.BytecodeCache):
     """Jinja's compiled templates, kept in memory (a bucket is reused only for the same source)."""
 
@@ -112,9 +162,14 @@ _TEMPLATES = _CompiledTemplates()
 
 
 class FeedbackExporter(HTMLExporter):
-    """nbgrader's feedback exporter (``HTMLExporter``), compiling each template once per process."""
+    """nbgrader's feedback exporter (``HTMLExporter``), compiling each template once per process,
+    with outputs that wrap (:data:`FEEDBACK_STYLE`)."""
 
     def _create_environment(self):
         environment = super()._create_environment()
         environment.bytecode_cache = _TEMPLATES
         return environment
+
+    def from_notebook_node(self, nb, resources=None, **kw):
+        html, resources = super().from_notebook_node(nb, resources, **kw)
+        return html.replace("</head>", FEEDBACK_STYLE + "</head>", 1), resources

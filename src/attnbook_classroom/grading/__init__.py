@@ -19,6 +19,9 @@ The package is laid out as
 - :mod:`.forked`: that process in a notebook (a fork of its kernel);
 - :mod:`.sandbox`, :mod:`.runner`, :mod:`.submission`: that process when a class is graded (a
   bubblewrap sandbox per student), and how a submitted notebook becomes its checks;
+- :mod:`.views`: what the sandbox can import (the library with the graded functions removed at the
+  source, PyTorch without its own attention, a stand-in for this package); :mod:`.helpers`: what
+  an exercise notebook may import from here besides ``check``;
 - :mod:`.sealed`: answers stored as salted digests;
 - one module per chapter (``ch00_attention_at_a_glance``, ...) with that chapter's exercises.
 
@@ -41,7 +44,7 @@ from attnbook_classroom.grading import ch05_additive_score  # noqa: E402,F401
 from attnbook_classroom.grading import ch05b_four_scores  # noqa: E402,F401
 from attnbook_classroom.grading import ch06_queries_keys_values  # noqa: E402,F401
 from attnbook_classroom.grading import ch07_masking  # noqa: E402,F401
-from attnbook_classroom.grading.ch07_masking import causal_mask_choices  # noqa: E402
+from attnbook_classroom.grading.helpers import causal_mask_choices  # noqa: E402
 from attnbook_classroom.grading import ch08_multi_head_attention  # noqa: E402,F401
 from attnbook_classroom.grading import ch08b_transformer_block  # noqa: E402,F401
 from attnbook_classroom.grading import ch08c_cross_attention  # noqa: E402,F401

@@ -17,7 +17,8 @@ from attnbook_classroom.grading.mistakes import M_NO_SCALE, M_SCALE_D
 SCALED_SCORES = exercise(
     "scaled_dot_scores",
     "fn(q (..., L, D), k (..., S, D)) -> scores (..., L, S) = q kᵀ / √D.",
-    blocks=["attnbook.scores.ScaledDotScore"])
+    # draw_qkv's description carries the scaled scores of the projections it draws
+    blocks=["attnbook.scores.ScaledDotScore", "attnbook_tools.diagrams.heads.draw_qkv"])
 
 
 def scores_case(q, k):

@@ -14,6 +14,7 @@ from attnbook.functional import attention, masked_softmax
 from attnbook.masks import causal_mask, combine_masks
 from attnbook_classroom.grading.compare import Wrong, check_number, compare, match, same
 from attnbook_classroom.grading.harness import answer, call, exercise, part, seeded_answer
+from attnbook_classroom.grading.helpers import causal_mask_choices  # noqa: F401  (the exercise's cell prints them)
 from attnbook_classroom.grading.mistakes import M_NO_SCALE, M_POLARITY
 from attnbook_classroom.grading.sealed import Sealed
 
@@ -88,21 +89,6 @@ def causal_fewer_keys(case):
 # ------------------------------------------------------------------------------------------------
 # Exercise 7.2: pick_causal_mask (prediction; the answers are sealed)
 # ------------------------------------------------------------------------------------------------
-
-def causal_mask_choices(L: int, S: int) -> dict[str, Tensor]:
-    """Four candidate masks (L, S), labelled "A" to "D", for the `pick_causal_mask` exercise.
-
-    Shapes:
-        -> dict of four (L, S) bool masks
-    """
-    ones = torch.ones(L, S, dtype=torch.bool)
-    return {
-        "A": ones.tril(),  # aligned to the top left
-        "B": ones.tril(S - L - 1),  # aligned to the bottom right, diagonal excluded
-        "C": ones.tril(S - L),  # aligned to the bottom right
-        "D": ones.triu(S - L),  # the future
-    }
-
 
 PICK = exercise(
     "pick_causal_mask",

@@ -138,7 +138,10 @@ PARAMETERS = exercise(
     "block_parameters",
     "fn(E, mlp_ratio) -> dict {'attention': int, 'mlp': int, 'norms': int}: the number of "
     "parameters of TransformerBlock(E, H, mlp_ratio=mlp_ratio) (pre-norm, with biases) in its "
-    "attention, its MLP and its two LayerNorms. H does not change the counts.")
+    "attention, its MLP and its two LayerNorms. H does not change the counts.",
+    # only while its tests run: exercise 8b.2's experiment builds blocks in its cell
+    check_blocks=["attnbook.block.TransformerBlock", "attnbook.multihead.MultiHeadAttention",
+                  "attnbook.multihead.CausalSelfAttention"])
 
 
 def block_counts(E: int, mlp_ratio: int) -> dict[str, int]:

@@ -18,6 +18,7 @@ references and the comparison always run here, where the student's code does not
 from __future__ import annotations
 
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -33,6 +34,7 @@ __all__ = ["Feedback", "Wrong", "Exercise", "EXERCISES", "exercise", "part", "Ca
            "DEFAULT_TIMEOUT", "HIDDEN_SEED"]
 
 DEFAULT_TIMEOUT = 5.0  # seconds per part
+WIDTH = 76  # columns of a Feedback's text
 HIDDEN_SEED = 1  # the seed of `check(..., hidden=True)` outside class grading
 
 
@@ -59,9 +61,17 @@ class Feedback:
         return self.max_score > 0 and self.score >= self.max_score
 
     def __str__(self) -> str:
+        """The verdict, then each message as a list item wrapped at :data:`WIDTH` columns: nbgrader's
+        ``validate`` cuts every line of an error at about 87 columns, and no message is lost."""
         where = self.exercise_id if self.part is None else f"{self.exercise_id} (part {self.part!r})"
         head = f"{where}: {'passed' if self.passed else 'not yet'}, {self.score:g}/{self.max_score:g}"
-        return "\n".join([head] + [f"  - {m}" for m in self.messages])
+        lines = [head]
+        for message in self.messages:
+            for n, paragraph in enumerate(str(message).split("\n")):
+                lines += textwrap.wrap(paragraph, WIDTH, initial_indent="  - " if n == 0 else "    ",
+                                       subsequent_indent="    ", break_long_words=True,
+                                       break_on_hyphens=False) or [""]
+        return "\n".join(lines)
 
     def _repr_pretty_(self, printer, cycle) -> None:  # how IPython shows it outside a cell's result
         printer.text(str(self))

@@ -1,17 +1,22 @@
-"""The process inside the sandbox: runs one student's submissions, one fork per submission.
+"""The process inside the sandbox: runs one student's submissions, one fork per pass of each.
 
-Started by :mod:`.sandbox` as ``python -I -m attnbook_classroom.grading.runner`` inside bubblewrap. It imports
-torch and the package once, then reads jobs (one per submitted notebook) from its standard input
-and answers on its standard output, both in frames (``kind``, ``index``, ``length``, payload).
+Started by :mod:`.sandbox` inside bubblewrap as the sandbox's process 1, with the runner's modules
+and the grader's stand-in on its path (never the grader itself). It imports torch once, then reads
+jobs (one per pass of a submitted notebook) from its standard input and answers on its standard
+output, both in frames (``kind``, ``index``, ``length``, payload).
 
-For each job this *supervisor* forks a *worker* that sets its resource limits, makes the names the
-exercises ask for unavailable, forbids itself to create processes (:mod:`.seccomp`), executes the
+For each job this *supervisor* empties ``/tmp`` and forks a *worker* that sets its resource limits,
+puts the job's view of the library first on its path (the grader has put it in place, with the
+graded exercises' functions removed at the source), switches off the PyTorch operators the job
+names (:func:`block_operators`), forbids itself to create processes (:mod:`.seccomp`), executes the
 notebook's code cells and then each check's calls of the student's function (:func:`.wire.execute`),
-reporting to the supervisor as it goes. The supervisor never runs student code: it enforces the
-time limits (a cell or a test cell: ``cell_limit`` seconds; the whole notebook: ``total_limit``),
-kills the worker when one is exceeded or when it writes something that is not a frame, records
-what happened, and forks a new worker that skips the cell or the test cell that failed. It is not
-dumpable, so the worker cannot trace it. Everything crossing to the grader is plain data (:mod:`.wire`).
+reporting to the supervisor as it goes. The supervisor never runs student code and never imports
+the library: it enforces the time limits (a cell or a test cell: ``cell_limit`` seconds; the whole
+job: ``total_limit``), kills the worker when one is exceeded or when it writes something that is
+not a frame, records what happened, and forks a new worker that skips the cell or the test cell that
+failed. It is not dumpable, so a worker cannot trace it or open its files in ``/proc``, and as the
+sandbox's process 1 it ignores a worker's signals. Everything crossing to the grader is plain data
+(:mod:`.wire`).
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ import signal
 import struct
 import sys
 import time
-import types
 
 FRAME = struct.Struct(">cII")  # kind, index, payload length
 MAX_FRAME = 32 << 20
@@ -67,56 +71,43 @@ class _NoIPython:
         return lambda *args, **kwargs: None
 
 
-def _stub(name: str):
-    message = (f"{name} is not available while this exercise is graded: the exercise asks you to "
-               "write it yourself.")
-    scope: dict = {}
-    exec(f"def blocked(*args, **kwargs):\n    raise RuntimeError({message!r})\n", scope)
-    return scope["blocked"]
+_ALL_OPERATORS: set[str] = set()
 
 
-def _resolve(name: str):
-    parts = name.split(".")
-    for i in range(len(parts) - 1, 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        for attr in parts[i:]:
-            obj = getattr(obj, attr)
-        return obj
-    raise ImportError(name)
+def block_operators(operators: list[str]) -> None:
+    """Switch off PyTorch operators (``aten::NAME``) in this process: every dispatch key that has a
+    kernel for one (and its CPU key) gets one that raises, so every route to it (``torch.nn.functional``,
+    ``torch.ops.aten``, a reloaded module, a decomposition, autograd) raises. The registration's
+    handle is not reachable from Python, so it cannot be undone."""
+    import ctypes
+    import warnings
 
+    import torch
 
-def block(names: list[str]) -> list[str]:
-    """Make each ``module.attribute`` unusable, wherever it is referenced; return those not found."""
-    missing = []
-    for name in names:
-        try:
-            obj = _resolve(name)
-        except (ImportError, AttributeError):
-            missing.append(name)
-            continue
-        stub = _stub(name)
-        if isinstance(obj, types.FunctionType) and not obj.__closure__:
-            obj.__code__ = stub.__code__  # every alias, even one taken before, now raises
-            continue
-        if isinstance(obj, type):
-            try:
-                obj.__init__ = stub
-                continue
-            except TypeError:  # a built-in type
-                pass
-        for module_name, module in list(sys.modules.items()):
-            if not module_name.startswith(("torch", "attnbook")):  # where such a function is found
-                continue
-            for attr, value in list(getattr(module, "__dict__", {}).items()):
-                if value is obj:
+    keys = ("CPU", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+            "CompositeExplicitAutogradNonFunctional", "Autograd", "AutogradCPU")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+        library = torch._C._dispatch_library("IMPL", "aten", "", "", 0)
+        for op in operators:
+            name = "aten::" + op
+            if name not in _ALL_OPERATORS:
+                _ALL_OPERATORS.update(torch._C._dispatch_get_all_op_names())
+            if name not in _ALL_OPERATORS:
+                continue  # not in this build of torch
+            message = (f"torch's {op} is not available while this exercise is graded: the exercise asks "
+                       "you to write it yourself.")
+
+            def refuse(*args, _message=message, **kwargs):
+                raise RuntimeError(_message)
+
+            for key in keys:
+                if key == "CPU" or torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
                     try:
-                        setattr(module, attr, stub)
-                    except (AttributeError, TypeError):
+                        library.impl(op, key, refuse, False)
+                    except RuntimeError:
                         pass
-    return missing
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(library))  # never destroyed, never reachable
 
 
 def _limit(kind: int, value: int) -> None:
@@ -132,6 +123,8 @@ def worker(job: dict, skip: set[int], first: int, fd: int) -> None:
     from attnbook_classroom.grading import wire
     from attnbook_classroom.grading.seccomp import forbid_new_processes
 
+    sys.path.insert(0, job["view"])  # the library, with the graded functions removed at the source
+
     try:
         for name in os.listdir("/proc/self/fd"):
             if int(name) > 2 and int(name) != fd:
@@ -144,7 +137,9 @@ def worker(job: dict, skip: set[int], first: int, fd: int) -> None:
         _limit(resource.RLIMIT_FSIZE, FILE_SIZE)
         _limit(resource.RLIMIT_NOFILE, 64)
         _limit(resource.RLIMIT_CORE, 0)
-        block(job["blocks"])
+        _limit(resource.RLIMIT_MSGQUEUE, 0)
+        _limit(resource.RLIMIT_MEMLOCK, 0)
+        block_operators(job["operators"])
         forbid_new_processes()
         namespace = {"__name__": "__main__", "__builtins__": builtins, "get_ipython": _NoIPython,
                      "display": lambda *args, **kwargs: None}
@@ -158,7 +153,6 @@ def worker(job: dict, skip: set[int], first: int, fd: int) -> None:
             except BaseException as exc:
                 error = wire.exception_info(exc)
             send(fd, b"e", i, json.dumps({"error": error}).encode())
-        block(job.get("check_blocks", []))
         for k in range(first, len(job["checks"])):
             check = job["checks"][k]
             send(fd, b"k", k)
@@ -198,7 +192,7 @@ def supervise(job: dict, out: int) -> None:
     """Run one job to the end, forking a new worker past each cell or test cell that ended one."""
     checks, cell_limit = job["checks"], float(job["cell_limit"])
     end = time.monotonic() + float(job["total_limit"])
-    skip, first, done = set(), 0, set()
+    skip, first, done = set(job.get("skip", [])), 0, set()
 
     def report(kind: bytes, index: int, **info) -> None:
         send(out, kind, index, json.dumps(info).encode())
@@ -214,13 +208,13 @@ def supervise(job: dict, out: int) -> None:
         os.close(write_end)
         phase, reason = _watch(pid, read_end, out, checks, cell_limit, end, done)
         os.close(read_end)
-        if len(done) == len(checks):
-            break
         kind, index = phase if isinstance(phase, tuple) else ("start", 0)
-        if kind == "cell":
+        if kind == "cell":  # the cells after it still run (a job may have no checks at all)
             report(b"E", index, reason=reason)
             skip.add(index)
             continue
+        if len(done) == len(checks):
+            break
         if kind == "check":
             group = checks[index]["group"]
             first = index
@@ -276,7 +270,36 @@ def _watch(pid, fd, out, checks, cell_limit, end, done):
                 done.add(index)
 
 
+def _warm_up() -> None:
+    """Load what torch loads lazily (torch._refs takes a second) once, before the first fork."""
+    import torch
+
+    torch.broadcast_shapes((1, 2), (2,))
+    _ALL_OPERATORS.update(torch._C._dispatch_get_all_op_names())  # once, not in every worker
+    x = torch.zeros(1, 2, 2, dtype=torch.float16)
+    torch.softmax(x.float().masked_fill(torch.ones(2, 2).bool(), float("-inf")), -1).to(x.dtype) @ x
+
+
+def _empty(folder: str) -> None:
+    """Remove everything in ``folder`` (also what a worker made read-only or unsearchable)."""
+    for entry in os.listdir(folder):
+        path = os.path.join(folder, entry)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.chmod(path, 0o700)
+                _empty(path)
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
 def main() -> None:
+    # The sandbox's process 1 ignores every signal it has no handler for, when it comes from inside
+    # the sandbox (a worker's os.kill(1, SIGKILL) does nothing); Python's own handler for SIGINT
+    # would let a worker raise KeyboardInterrupt here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     out, jobs = os.dup(1), os.dup(0)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -288,9 +311,7 @@ def main() -> None:
         pass
     import torch
 
-    import attnbook  # noqa: F401
     from attnbook_classroom.grading import wire  # noqa: F401
-    from attnbook_classroom.grading.forked import _warm_up
 
     torch.set_num_threads(1)
     _warm_up()
@@ -303,6 +324,7 @@ def main() -> None:
         if blob is None:
             return
         job = torch.load(io.BytesIO(blob), weights_only=True)
+        _empty("/tmp")  # nothing a previous job's worker left there reaches this one
         for module in job.get("preload", []):
             if module in ("matplotlib.pyplot", "seaborn", "numpy", "pandas"):
                 try:

@@ -1,12 +1,16 @@
 """One bubblewrap sandbox per student: the grader's side.
 
-:class:`Sandbox` starts ``python -I -m attnbook_classroom.grading.runner`` under bubblewrap (``bwrap``) with
-no network, no other process to see (its own PID, IPC and UTS namespaces), no capabilities, a
-read-only view of only what Python needs (the interpreter, its virtual environment, this package
-and the book's ``data/``), a private ``/tmp`` of 64 MiB, and its own empty ``/dev`` and ``/proc``.
-The course folder (its ``source/``, every student's work, the gradebook and the course's secret)
-is not in that view at all. :meth:`Sandbox.run` hands it one job and reads back its frames, with a
-size cap on each and a deadline on the whole; nothing it sends is unpickled.
+:class:`Sandbox` starts the runner (:mod:`.runner`) under bubblewrap (``bwrap``), itself started with
+an empty environment, with no network, its own process numbers and ``/proc`` (the runner is its
+process 1), no capabilities, and a read-only view of only what a chapter's exercises need
+(:mod:`.views`): the interpreter and its standard library, the few distributions the chapters use
+(PyTorch with its own attention removed), the runner's modules and a stand-in for the grader, the
+book's ``data/``, and, for each run, a view of the book's library with the graded exercises'
+functions removed at the source. The course folder (its ``source/``, every student's work, the
+gradebook and the course's secret), the grader's references and its sealed answers are not in that
+view at all. The one writable file system is a private ``/tmp`` of :data:`TMP_SIZE` bytes;
+``/dev/shm`` is an empty read-only page. :meth:`Sandbox.run` hands the runner one job and reads back
+its frames, with a size cap on each and a deadline on the whole; nothing it sends is unpickled.
 
 Where bubblewrap cannot run (not installed, or user namespaces disabled), :func:`check_available`
 raises :class:`SandboxUnavailable` with the reason: grading never runs a student's code without it.
@@ -21,30 +25,34 @@ import pathlib
 import select
 import shutil
 import signal
-import site
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
 
-from attnbook_classroom.grading import seccomp
+from attnbook_classroom.grading import seccomp, views
 from attnbook_classroom.grading.runner import FRAME, MAX_FRAME
 
-__all__ = ["Sandbox", "SandboxUnavailable", "check_available", "bwrap_command"]
+__all__ = ["Sandbox", "SandboxUnavailable", "check_available", "bwrap_command", "TMP_SIZE", "CODE", "VIEW"]
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1]  # .../attnbook
-DATA = PACKAGE.parents[1] / "data"  # the book's shipped checkpoints and results (a clone's data/)
+DATA = pathlib.Path(__file__).resolve().parents[3] / "data"  # the book's shipped checkpoints and results
 SYSTEM = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache",
           "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime"]
+CODE = "/grading/code"  # inside the sandbox: the runner's modules and the grader's stand-in
+VIEW = "/grading/view"  # inside the sandbox: src/ (this run's view of the library) and data/
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "MPLBACKEND": "Agg",
        "MPLCONFIGDIR": "/tmp/matplotlib", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
        "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+TMP_SIZE = 64 << 20  # bytes: the sandbox's private /tmp, its only writable file system
 INSTALL_HINT = ("Grading runs each student's code in a bubblewrap sandbox and refuses to grade without "
                 "one. Install it (Debian/Ubuntu: `sudo apt-get install bubblewrap`) on a Linux kernel "
                 "that lets users create user namespaces (Debian's default; on Ubuntu 24.04 and later, "
                 "bubblewrap's AppArmor profile allows it).")
+BOOT = "import sys; sys.path[:0] = [{code!r}]; sys.path += {site!r}; {statement}"
+RUNNER = "from attnbook_classroom.grading.runner import main; main()"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -58,47 +66,77 @@ def _inside(path: str, folder: str) -> bool:
         return False
 
 
-def _readable_roots() -> list[str]:
-    """What the sandbox may read besides the system: Python, its packages, attnbook and data/."""
-    roots = {sys.base_prefix, sys.prefix, sys.exec_prefix, str(PACKAGE.parent)}
-    roots.update(p for p in site.getsitepackages() if os.path.isdir(p))
-    roots.add(os.path.dirname(os.path.realpath(sys.executable)))
-    if DATA.is_dir():
-        roots.add(str(DATA))
-    roots = {os.path.realpath(r) for r in roots} | {r for r in roots}
-    return sorted(r for r in roots if not any(r != o and _inside(r, o) for o in roots))
+def interpreter() -> str:
+    """The base interpreter (not a virtual environment's link to it): the sandbox has no venv."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
 
 
-def bwrap_command(forbidden: list[str | os.PathLike] = ()) -> list[str]:
-    """The bubblewrap command line that starts the runner; refuses if a path in ``forbidden``
-    (a course folder) would be readable inside."""
+def bwrap_command(forbidden: list[str | os.PathLike] = (), layout: pathlib.Path | None = None,
+                  statement: str = RUNNER) -> list[str]:
+    """The bubblewrap command line that starts the runner (or runs the Python ``statement``) with
+    ``layout`` (a folder holding ``view/``) as its view; refuses if a path in ``forbidden`` (a
+    course folder) would be readable inside."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxUnavailable("bubblewrap (`bwrap`) is not installed. " + INSTALL_HINT)
+    # --as-pid-1: the runner is the sandbox's process 1 (bubblewrap's own reaper would hold the
+    # grader's pipes and, as process 1, show its environment at /proc/1/environ).
     args = [bwrap, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
-            "--disable-userns", "--die-with-parent", "--new-session", "--clearenv"]
+            "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv"]
     if os.geteuid() == 0:
         args += ["--cap-drop", "ALL"]
     for key, value in ENV.items():
         args += ["--setenv", key, value]
-    # A private /tmp first: the read-only views below may lie under /tmp (a clone in /tmp/...),
-    # and a tmpfs mounted after them would hide them.
-    args += ["--dev", "/dev", "--proc", "/proc", "--size", str(64 << 20), "--tmpfs", "/tmp"]
+    # /dev holds the device nodes Python needs; its /dev/shm, which bubblewrap sizes at half the
+    # RAM, is an empty read-only tmpfs of one page here. /dev and the root are made read-only at the
+    # end: the private /tmp of TMP_SIZE bytes is the one writable file system.
+    args += ["--dev", "/dev", "--size", "4096", "--tmpfs", "/dev/shm", "--remount-ro", "/dev/shm",
+             "--proc", "/proc", "--size", str(TMP_SIZE), "--tmpfs", "/tmp"]
+    readable = []
     for path in SYSTEM:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
         elif os.path.exists(path):
             args += ["--ro-bind", path, path]
-    roots = _readable_roots()
-    for root in roots:
+            readable.append(path)
+    python = interpreter()
+    prefix = os.path.realpath(sys.base_prefix)
+    if not any(_inside(prefix, r) for r in readable):
+        args += ["--ro-bind", prefix, prefix]
+        readable.append(prefix)
+    if not any(_inside(python, r) for r in readable):
+        args += ["--ro-bind", python, python]
+        readable.append(python)
+    empty = views.work_root() / "empty"
+    empty.mkdir(exist_ok=True)
+    for folder in views.hidden_python_dirs():
+        if any(_inside(folder, r) for r in readable):
+            args += ["--ro-bind", str(empty), folder]
+    entries = views.site_packages()
+    for entry in entries:
+        args += ["--ro-bind", entry, entry]
+    readable += entries
+    overlays, hidden = views.torch_overlays()
+    for host, target in overlays:
+        args += ["--ro-bind", host, target]
+    for folder in hidden:
+        args += ["--ro-bind", str(empty), folder]
+    code = str(views.sandbox_code())
+    args += ["--ro-bind", code, CODE]
+    if layout is not None:
+        args += ["--ro-bind", str(layout / "view"), VIEW]
+        if DATA.is_dir():
+            args += ["--ro-bind", str(DATA), VIEW + "/data"]
+            readable.append(str(DATA))
+    for root in readable:
         for folder in forbidden:
             if _inside(folder, root) or _inside(root, folder):
                 raise SandboxUnavailable(
                     f"The course folder {folder} lies inside {root}, which the sandbox must be able to "
-                    "read (Python, its packages or the book's files): put the course folder elsewhere.")
-        args += ["--ro-bind", root, root]
-    args += ["--chdir", "/tmp", "--", sys.executable, "-I", "-m", "attnbook_classroom.grading.runner"]
-    return args
+                    "read (Python, its packages or the book's data): put the course folder elsewhere.")
+    args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--"]
+    site_dirs = sorted({os.path.dirname(e) for e in entries})
+    return args + [python, "-I", "-S", "-c", BOOT.format(code=CODE, site=site_dirs, statement=statement)]
 
 
 _CHECKED: dict[tuple, str] = {}
@@ -114,9 +152,8 @@ def check_available(forbidden: list[str | os.PathLike] = ()) -> None:
     if not sys.platform.startswith("linux") or not seccomp.supported():
         _CHECKED[key] = f"Grading runs student code only on Linux on x86-64 or ARM64. {INSTALL_HINT}"
         raise SandboxUnavailable(_CHECKED[key])
-    args = bwrap_command(forbidden)
-    probe = args[:args.index("--")] + ["--", sys.executable, "-I", "-c", "import attnbook_classroom.grading.wire"]
-    result = subprocess.run(probe, capture_output=True, text=True, timeout=300)
+    args = bwrap_command(forbidden, statement="import attnbook_classroom.grading.wire")
+    result = subprocess.run(args, capture_output=True, text=True, timeout=300, env={})
     if result.returncode != 0:
         _CHECKED[key] = (f"bubblewrap could not start a sandbox here ({result.stderr.strip()[:500]}). "
                          + INSTALL_HINT)
@@ -125,18 +162,23 @@ def check_available(forbidden: list[str | os.PathLike] = ()) -> None:
 
 
 class Sandbox:
-    """A running sandbox for one student: :meth:`run` a job per submission, then :meth:`close`."""
+    """A running sandbox for one student: :meth:`run` a job per pass of a submission, then :meth:`close`."""
 
     def __init__(self, forbidden: list[str | os.PathLike] = (), ready_timeout: float = 600.0):
         self.forbidden = list(forbidden)
         self.ready_timeout = ready_timeout
         self.process: subprocess.Popen | None = None
+        self.layout: pathlib.Path | None = None
 
     def start(self) -> None:
         check_available(self.forbidden)
-        self.process = subprocess.Popen(bwrap_command(self.forbidden), stdin=subprocess.PIPE,
+        self.layout = pathlib.Path(tempfile.mkdtemp(prefix="sandbox-", dir=views.work_root()))
+        (self.layout / "view" / "src").mkdir(parents=True)
+        (self.layout / "view" / "data").mkdir()
+        # bubblewrap itself starts with an empty environment: nothing of the grader's crosses.
+        self.process = subprocess.Popen(bwrap_command(self.forbidden, self.layout), stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                        start_new_session=True)
+                                        start_new_session=True, env={})
         frames = self._frames(time.monotonic() + self.ready_timeout)
         first = next(frames, None)
         if first is None or first[0] != b"Y":
@@ -148,13 +190,29 @@ class Sandbox:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def run(self, job: dict, timeout: float) -> list[tuple[bytes, int, bytes]]:
-        """Hand ``job`` to the runner; return its frames (kind, index, payload) up to ``D`` (done).
+    def _set_view(self, blocked) -> list[str]:
+        """Put the library's view for ``blocked`` in place (while no job runs); return the PyTorch
+        operators to switch off."""
+        _, operators, _ = views.split_blocked(blocked)
+        source = views.library_view(blocked)
+        target = self.layout / "view" / "src"
+        shutil.rmtree(target)
+        try:
+            shutil.copytree(source, target, copy_function=os.link)
+        except OSError:
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(source, target)
+        return operators
+
+    def run(self, job: dict, timeout: float, blocked=()) -> list[tuple[bytes, int, bytes]]:
+        """Hand ``job`` to the runner, with the library's view and PyTorch's operators for the
+        names ``blocked``; return its frames (kind, index, payload) up to ``D`` (done).
 
         When the runner does not finish within ``timeout`` seconds or its sandbox dies, the
         sandbox is closed and the frames read so far are returned (without ``D``)."""
         if not self.alive:
             self.start()
+        job = {**job, "operators": self._set_view(blocked), "view": VIEW + "/src"}
         buffer = io.BytesIO()
         torch.save(job, buffer)
         blob = buffer.getvalue()
@@ -193,19 +251,26 @@ class Sandbox:
             buffer += chunk
 
     def close(self) -> None:
-        if self.process is None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for stream in (self.process.stdin, self.process.stdout):
-            try:
-                stream.close()
-            except OSError:
+        if self.process is not None:
+            try:  # the runner ends when its input does; then bubblewrap, which reaps it
+                self.process.stdin.close()
+                self.process.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
                 pass
-        self.process.wait()
-        self.process = None
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            for stream in (self.process.stdin, self.process.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            self.process.wait()
+            self.process = None
+        if self.layout is not None:
+            shutil.rmtree(self.layout, ignore_errors=True)
+            self.layout = None
 
     def __enter__(self) -> "Sandbox":
         return self

@@ -15,11 +15,13 @@ comparison with the references runs here, in the grader, never in the sandbox.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import os
 import hmac
 import json
 import pathlib
+import time
 from dataclasses import dataclass, field
 
 import nbformat
@@ -33,8 +35,8 @@ __all__ = ["CheckCall", "Submission", "Verdicts", "BadTestCell", "parse_test_cel
 
 HIDDEN_BEGIN, HIDDEN_END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 SKIP_TAG = "skip-in-grading"  # a provided cell the grader does not run (a live experiment)
-CELL_LIMIT = 30.0  # seconds: nbgrader's default for a cell
-TOTAL_LIMIT = 120.0  # seconds for all of one notebook's cells and tests
+CELL_LIMIT = 10.0  # seconds for a cell or a test cell (the exercises' take under 2)
+TOTAL_LIMIT = 60.0  # seconds for all of one notebook's cells and tests
 
 
 class BadTestCell(ValueError):
@@ -108,11 +110,18 @@ def student_seed(secret: bytes, student: str, assignment: str, check: CheckCall,
     return int.from_bytes(hmac.new(secret, message, hashlib.sha256).digest()[:4], "big") % (2**31 - 3) + 2
 
 
+@functools.lru_cache(maxsize=1)
 def grader_version() -> str:
-    """A digest of the grading code: a change to it makes every cached verdict stale."""
+    """A digest of the grading code and of the library it compares with: a change to either makes
+    every cached verdict stale."""
+    import attnbook
+    import attnbook_tools
+
     h = hashlib.sha256()
-    for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
-        h.update(path.name.encode() + path.read_bytes())
+    folders = [pathlib.Path(__file__).parent] + [pathlib.Path(m.__file__).parent for m in (attnbook, attnbook_tools)]
+    for folder in folders:
+        for path in sorted(folder.rglob("*.py")):
+            h.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -217,6 +226,7 @@ class Submission:
                     c = CheckCall(c.exercise_id, c.fn, c.part, student_seed(secret, student, assignment, c, n), True)
                 self.checks.append((grade_id, c))
         self._pending: list[PendingPart] | None = None
+        self.cut_short = False  # whether the student's time budget cut this notebook's limit short
 
     @property
     def pending(self) -> list[PendingPart]:
@@ -233,18 +243,63 @@ class Submission:
             names += [b for b in getattr(get_exercise(c.exercise_id), kind) if b not in names]
         return names
 
-    def job(self) -> dict:
-        """What the sandbox's runner executes (plain data)."""
+    def passes(self) -> list[dict]:
+        """The runs of this notebook in the sandbox. Without ``check_blocks`` in the notebook, one
+        run: every cell, then every check, with the notebook's ``blocks`` removed from the library.
+        With them, the first run's checks are those of values the cells computed (an experiment
+        may need such a name, e.g. chapter 0's uses the package's ``attention``); a second run, in a
+        new process whose view has those names removed too, runs the cells again and then every
+        check that calls the student's functions: a function the student wrote (or saved) while the
+        names were there never meets them in its tests. Each: ``blocked`` (names), ``checks``
+        (indices into :attr:`checks`), ``report`` (whether its cells' errors are the notebook's)."""
+        blocks, later = self.blocks(), self.blocks("check_blocks")
+        if not later:
+            return [{"blocked": blocks, "checks": list(range(len(self.checks))), "report": True}]
+        values = [k for k, p in enumerate(self.pending) if all(spec["op"] == "answer" for spec in p.specs)]
+        return [{"blocked": blocks, "checks": values, "report": True},
+                {"blocked": blocks + [b for b in later if b not in blocks],
+                 "checks": [k for k in range(len(self.checks)) if k not in values], "report": False}]
+
+    def job(self, run: dict | None = None, skip=(), total_limit: float | None = None) -> dict:
+        """What the sandbox's runner executes for one of :meth:`passes` (plain data)."""
+        run = run or {"checks": list(range(len(self.checks)))}
         groups = {grade_id: g for g, (grade_id, _) in enumerate(self.tests)}
         text = "\n".join(source for _, source in self.cells)
         preload = [m for m in ("matplotlib.pyplot", "seaborn", "pandas") if m.split(".")[0] in text
                    or (m == "matplotlib.pyplot" and "attnbook_tools.notebook" in text)]
-        return {"cells": [source for _, source in self.cells],
+        checks = [(self.checks[k], self.pending[k]) for k in run["checks"]]
+        return {"cells": [source for _, source in self.cells], "skip": sorted(skip),
                 "checks": [{"fn": c.fn, "specs": p.specs, "group": groups[grade_id]}
-                           for (grade_id, c), p in zip(self.checks, self.pending)],
-                "blocks": self.blocks(), "check_blocks": self.blocks("check_blocks"),
-                "cell_limit": self.cell_limit, "total_limit": self.total_limit,
+                           for (grade_id, c), p in checks],
+                "cell_limit": self.cell_limit,
+                "total_limit": self.total_limit if total_limit is None else total_limit,
                 "preload": preload}
+
+    def run(self, sandbox: Sandbox, budget: float | None = None) -> list[tuple[bytes, int, bytes]]:
+        """Run :meth:`passes` in ``sandbox``; return the frames for :meth:`judge` (check frames
+        numbered by :attr:`checks`, cell frames from the first pass only). ``budget`` (seconds left of
+        the student's time) may cut the notebook's own limit short."""
+        frames: list[tuple[bytes, int, bytes]] = []
+        start, skip = time.monotonic(), set()
+        total = self.total_limit if budget is None else max(0.0, min(self.total_limit, budget))
+        self.cut_short = total < self.total_limit
+        for n, run in enumerate(self.passes()):
+            left = total - (time.monotonic() - start)
+            if not run["checks"] and not run["report"]:
+                continue
+            if left < 1:
+                frames += [(b"X", k, b'{"reason": "budget"}') for k in run["checks"]]
+                continue
+            got = sandbox.run(self.job(run, skip, left), timeout=left + 60, blocked=run["blocked"])
+            for kind, index, payload in got:
+                if kind in b"eE" and len(kind) == 1:
+                    if run["report"]:
+                        frames.append((kind, index, payload))
+                        if kind == b"E":
+                            skip.add(index)  # a cell that timed out or ended its process is not run again
+                elif kind in (b"r", b"X") and index < len(run["checks"]):
+                    frames.append((kind, run["checks"][index], payload))
+        return frames
 
     def key(self) -> str:
         """A digest of everything the verdicts depend on (code, checks with their seeds, limits, grader)."""
@@ -298,6 +353,8 @@ class Submission:
         if reason == "timeout":
             return (f"CellTimeoutError: this cell did not finish within {self.cell_limit:g} s when graded; "
                     "it was skipped and the cells after it ran without it.")
+        if reason == "budget" and self.cut_short:
+            return "CellTimeoutError: your notebooks used up the grading time a student gets in one run here."
         if reason == "budget":
             return f"CellTimeoutError: your notebook used up its {self.total_limit:g} s of grading time here."
         return (f"ProcessEnded: this cell ended the process that ran it ({reason}); it was skipped and "
@@ -307,6 +364,9 @@ class Submission:
         if reason == "timeout":
             return (f"Too slow: this test cell did not finish within {self.cell_limit:g} s, so it was "
                     "stopped. Look for a loop that never ends or for work far bigger than the inputs need.")
+        if reason == "budget" and self.cut_short:
+            return ("Not run: your notebooks used up the grading time a student gets in one run (the "
+                    "cells that were too slow are marked in each).")
         if reason == "budget":
             return (f"Not run: your notebook used up its {self.total_limit:g} s of grading time before "
                     "this test (see the cells that were too slow).")
@@ -330,8 +390,7 @@ def grade_in_sandbox(submissions: list[Submission], forbidden: list[str | os.Pat
     try:
         verdicts = []
         for sub in submissions:
-            frames = sandbox.run(sub.job(), timeout=sub.total_limit + 60)
-            verdicts.append(sub.judge(frames))
+            verdicts.append(sub.judge(sub.run(sandbox)))
         return verdicts
     finally:
         if own:

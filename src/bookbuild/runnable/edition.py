@@ -44,7 +44,7 @@ from attnbook_tools.widgets import is_precomputed_state
 from runnable.book import Book, RunnableError
 from runnable.myst import FigureBlock, MarkdownConverter
 
-__all__ = ["EDITION_DIR", "install_cell", "runnable_notebook", "student_exercise_cells",
+__all__ = ["EDITION_DIR", "install_cell", "runnable_notebook", "student_exercise_cells", "glued_values",
            "website_only_output", "exercises_start", "filled_copy"]
 
 EDITION_DIR = "chapters/runnable"  # relative to the book's root; not in the table of contents
@@ -143,7 +143,7 @@ def _tags(cell) -> list[str]:
     return list(cell.get("metadata", {}).get("tags", []))
 
 
-def _glued(nb) -> tuple[dict[str, dict], dict[str, int]]:
+def glued_values(nb) -> tuple[dict[str, dict], dict[str, int]]:
     """Every value the notebook glues: name -> MIME bundle (prefix removed), and name -> cell index."""
     values, where = {}, {}
     for index, cell in enumerate(nb.cells):
@@ -319,7 +319,7 @@ def runnable_notebook(source: pathlib.Path, book: Book, edition: set[str] | None
     source = pathlib.Path(source).resolve()
     docname = book.docname_of(source, book.root)
     nb = student_exercise_cells(nbformat.read(source, as_version=4))
-    glued, glued_at = _glued(nb)
+    glued, glued_at = glued_values(nb)
     edition = edition if edition is not None else {book.docname_of(p, book.root) for p in book.notebooks()}
     converter = MarkdownConverter(book=book, docname=docname, glued=glued, link=_link_within(edition, book))
 
