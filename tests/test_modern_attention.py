@@ -339,3 +339,26 @@ def test_from_llama_equals_hugging_face_prompt_and_cached_decoding(backend, fami
             torch.testing.assert_close(got, expected[:, a:b], rtol=0, atol=1e-12)
     if W is not None:
         assert cache.keys.shape == (B, 2, W, D)  # the rolling cache held W positions, Hugging Face's all T
+
+
+def test_from_llama_copies_qwen2_biases_on_queries_keys_and_values_only():
+    transformers = pytest.importorskip("transformers")
+    from transformers.masking_utils import causal_mask_function
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention
+
+    config = transformers.Qwen2Config(hidden_size=E, num_attention_heads=H, num_key_value_heads=1, intermediate_size=64,
+                                      num_hidden_layers=1, vocab_size=16,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    layer = Qwen2Attention(config, layer_idx=0).to(F64).eval()
+    with torch.no_grad():
+        layer.q_proj.bias.normal_()
+    assert layer.o_proj.bias is None and layer.k_proj.bias is not None
+    ours = CausalSelfAttention.from_llama(layer, backend="sdpa")
+    assert ours.num_kv_heads == 1 and torch.equal(ours.out_proj.bias, torch.zeros(E, dtype=F64))
+    x = torch.randn(B, 7, E, dtype=F64)
+    with torch.no_grad():
+        expected, _ = layer(x, position_embeddings=hf_cos_sin(torch.arange(7), layer.head_dim, 1000.0),
+                            attention_mask=hf_mask(causal_mask_function, 7, 7, 0))
+        torch.testing.assert_close(ours(x)[0], expected, rtol=0, atol=1e-12)

@@ -417,7 +417,8 @@ class CausalSelfAttention(_MultiHead):
     def from_llama(cls, layer: nn.Module, *, backend: str = "math", window: int | None = None) -> CausalSelfAttention:
         """A new module (``rotary=True``) holding a copy of the weights of a Hugging Face
         ``LlamaAttention`` layer (or a layer of the same form: Mistral's, Qwen2's), same dtype
-        and device.
+        and device. A projection without a bias gets a zero one when the others have biases
+        (Qwen2's ``o_proj``).
 
         ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj`` are copied into ``q_proj``, ``k_proj``,
         ``v_proj`` and ``out_proj``; the heads, the key/value heads and the rotation's base
@@ -439,12 +440,14 @@ class CausalSelfAttention(_MultiHead):
         E, H, H_kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
         check.that(layer.head_dim * H == E, where, lambda: f"`layer` has head_dim={layer.head_dim} and {H} heads, "
                    f"{layer.head_dim * H} columns, not hidden_size={E}; this module needs D = E / H")
-        w = layer.o_proj.weight
-        new = cls(E, H, num_kv_heads=H_kv, bias=layer.q_proj.bias is not None, backend=backend, rotary=True,
-                  rotary_base=rope["rope_theta"], window=window, device=w.device, dtype=w.dtype)
+        w, theirs = layer.o_proj.weight, [getattr(layer, p) for p in parts]
+        bias = any(proj.bias is not None for proj in theirs)  # Qwen2: biases on q, k, v but not o
+        new = cls(E, H, num_kv_heads=H_kv, bias=bias, dropout=getattr(config, "attention_dropout", 0.0),
+                  backend=backend, rotary=True, rotary_base=rope["rope_theta"], window=window, device=w.device,
+                  dtype=w.dtype)
         with torch.no_grad():
-            for ours, theirs in zip((new.q_proj, new.k_proj, new.v_proj, new.out_proj), parts):
-                ours.weight.copy_(getattr(layer, theirs).weight)
-                if ours.bias is not None:
-                    ours.bias.copy_(getattr(layer, theirs).bias)
+            for ours, proj in zip((new.q_proj, new.k_proj, new.v_proj, new.out_proj), theirs):
+                ours.weight.copy_(proj.weight)
+                if ours.bias is not None:  # a layer without a bias adds zero
+                    ours.bias.copy_(proj.bias) if proj.bias is not None else ours.bias.zero_()
         return new.train(layer.training)

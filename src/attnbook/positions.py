@@ -102,8 +102,8 @@ def apply_rotary(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
     this way makes their dot product depend on the positions only through their offset: a query
     at p and a key at p - k score as they would at any other p with the same k.
 
-    The angles are computed in float64 (then cast to ``x``'s dtype), so that a float64 ``x``
-    is rotated exactly as a float64 reference would rotate it.
+    The angles are computed in float64 (float32 on Apple's MPS, which has no float64), then cast
+    to ``x``'s dtype, so that a float64 ``x`` is rotated exactly as a float64 reference would.
 
     Args:
         x: queries or keys, D even.
@@ -120,9 +120,9 @@ def apply_rotary(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
     check.tensor(where, "positions", positions, letters="L", dtype=(torch.int64, torch.int32),
                  sizes=[(0, x.shape[-2], "L (one position per row of x)")])
     check.number(where, "base", base, "a number > 1", lambda b: b > 1)
-    D = x.shape[-1]
-    rates = 1.0 / base ** (torch.arange(0, D, 2, dtype=torch.float64, device=x.device) / D)  # (D/2,)
-    angles = positions.to(torch.float64)[:, None] * rates  # (L, D/2)
+    D, exact = x.shape[-1], torch.float32 if x.device.type == "mps" else torch.float64  # MPS has no float64
+    rates = 1.0 / base ** (torch.arange(0, D, 2, dtype=exact, device=x.device) / D)  # (D/2,)
+    angles = positions.to(exact)[:, None] * rates  # (L, D/2)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (L, D/2) each
     x1, x2 = x[..., : D // 2], x[..., D // 2 :]  # (..., L, D/2) each: coordinate i pairs with i + D/2
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)  # (..., L, D)
