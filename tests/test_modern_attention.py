@@ -362,3 +362,28 @@ def test_from_llama_copies_qwen2_biases_on_queries_keys_and_values_only():
         expected, _ = layer(x, position_embeddings=hf_cos_sin(torch.arange(7), layer.head_dim, 1000.0),
                             attention_mask=hf_mask(causal_mask_function, 7, 7, 0))
         torch.testing.assert_close(ours(x)[0], expected, rtol=0, atol=1e-12)
+
+
+def test_from_llama_refuses_what_it_cannot_copy(raises_naming):
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    common = dict(hidden_size=E, num_attention_heads=H, num_key_value_heads=2, intermediate_size=64,
+                  num_hidden_layers=1, vocab_size=16)
+    wide = LlamaAttention(transformers.LlamaConfig(**common, head_dim=16), layer_idx=0)
+    with raises_naming(ValueError, "`layer`", "head_dim=16", "hidden_size=32"):
+        CausalSelfAttention.from_llama(wide)
+    scaled = LlamaAttention(transformers.LlamaConfig(
+        **common, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}), layer_idx=0)
+    with raises_naming(ValueError, "`layer`", "'linear'"):
+        CausalSelfAttention.from_llama(scaled)
+
+
+def test_gradients_through_the_rolling_cache_equal_full_attention_under_the_window():
+    module = make(2, window=3, rotary=True)
+    x = torch.randn(1, 8, E, dtype=F64, requires_grad=True)
+    cache = module.new_cache(1, 8)
+    steps = torch.cat([module(x[:, t : t + 1], cache=cache)[0] for t in range(8)], dim=1)
+    (got,) = torch.autograd.grad(steps.square().sum(), x)
+    (expected,) = torch.autograd.grad(reference(module, x).square().sum(), x)
+    torch.testing.assert_close(got, expected)
