@@ -93,6 +93,7 @@ class Sizes:
     repeats_long: int  # for the slowest measurements (the largest tiled lengths, decoding)
     models: Sequence[dict] = field(default_factory=list)  # TinyTransformer keyword arguments
     decode_layer: tuple[int, int, int, int] = (1024, 16, 4, 1024)  # (E, H, H_kv, cached tokens S)
+    decode_repeats: int = 31  # one decoded token takes milliseconds: many repeats for a steady median
 
 
 FULL = Sizes(
@@ -111,6 +112,7 @@ FULL = Sizes(
     models=[dict(vocab_size=64, embed_dim=64, num_heads=4, num_layers=2, max_len=512),
             dict(vocab_size=64, embed_dim=256, num_heads=4, num_layers=4, max_len=512)],
     decode_layer=(1024, 16, 4, 1024),
+    decode_repeats=31,
 )
 
 SMOKE = Sizes(
@@ -127,6 +129,7 @@ SMOKE = Sizes(
     repeats_long=2,
     models=[dict(vocab_size=16, embed_dim=32, num_heads=2, num_layers=1, max_len=32)],
     decode_layer=(64, 4, 2, 64),
+    decode_repeats=2,
 )
 
 
@@ -303,7 +306,7 @@ def bench_decode_step(sizes: Sizes) -> dict:
                 for name, layer in layers.items()}  # the cached step is the full sequence's last row
         medians = interleaved_medians(
             {"mha": step("mha"), "gqa": step("gqa"), "recompute": lambda: layers["mha"](sequence)[0][:, S:]},
-            repeats=sizes.repeats,
+            repeats=sizes.decode_repeats,
         )
     return {"E": E, "H": H, "H_kv": H_kv, "cached": S, "backend": "sdpa", "seconds": medians,
             "cache_bytes": cache_bytes, "same_as_full": same}
