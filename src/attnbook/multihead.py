@@ -414,7 +414,7 @@ class CausalSelfAttention(_MultiHead):
                             average_attn_weights=average_attn_weights)
 
     @classmethod
-    def from_llama(cls, layer: nn.Module, *, backend: str = "math", window: int | None = None) -> CausalSelfAttention:
+    def from_llama(cls, layer: nn.Module, backend: str = "math", window: int | None = None) -> CausalSelfAttention:
         """A new module (``rotary=True``) holding a copy of the weights of a Hugging Face
         ``LlamaAttention`` layer (or a layer of the same form: Mistral's, Qwen2's), same dtype
         and device. A projection without a bias gets a zero one when the others have biases
