@@ -30,6 +30,13 @@ def test_bench_smoke_run_writes_results_and_table(tmp_path, capsys):
     assert big["peak_bytes"]["plain"] >= big["L"] * big["S"] * 4
     assert big["peak_bytes"]["tiled"] < big["L"] * big["S"] * 4
     assert [row["same_tokens"] for row in results["kv_cache"]] == [True] * len(bench.SMOKE.models)
+    # one decoded token: the grouped-query cache is H / H_kv times smaller, and each cached step
+    # gives the full sequence's last row
+    step = results["decode_step"]
+    E, H, H_kv, S = bench.SMOKE.decode_layer
+    assert step["cache_bytes"]["mha"] == 2 * S * E * 4 == step["cache_bytes"]["gqa"] * H // H_kv
+    assert step["same_as_full"] == {"mha": True, "gqa": True}
+    assert set(step["seconds"]) == {"mha", "gqa", "recompute"}
 
     table = capsys.readouterr().out
     assert table.startswith("| measure | configuration | ratio | target | met |")

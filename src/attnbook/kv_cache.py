@@ -5,8 +5,14 @@ as the sequence grows. :class:`KVCache` keeps them: each decoding step appends t
 and values and gets back everything seen so far, and the new queries attend to the whole prefix
 without recomputing it (:class:`attnbook.multihead.CausalSelfAttention` does this in its forward).
 
+Two options of today's models make the cache smaller. With grouped-query attention the cache holds
+only the H_kv key/value heads (``num_heads`` here is H_kv), H / H_kv times less than one per query
+head. With a sliding window W (``window=W``), a query never looks further back than W positions,
+so a rolling cache keeps only the last W keys and values: its memory and the work per decoded
+token stay flat however long the sequence grows.
+
 Shapes:
-    B batch, H heads, L new positions, S positions cached so far, D per-head width.
+    B batch, H heads (the key/value heads H_kv), L new positions, S positions returned, D per-head width.
     KVCache.append: k, v (B, H, L, D) -> keys, values (B, H, S, D)
 """
 
@@ -21,24 +27,32 @@ __all__ = ["KVCache"]
 
 
 class KVCache:
-    """Keys and values of the tokens decoded so far, preallocated up to ``max_len`` positions.
+    """Keys and values of the tokens decoded so far, preallocated up to ``max_len`` positions, or
+    the last ``window`` of them in a rolling cache.
 
     The cache holds one dtype, fixed when it is made (``dtype``, default float32): appending keys
     or values of another dtype is a TypeError, never a silent cast. With autograd recording (keys
     or values that require grad, outside ``torch.no_grad()``), each append writes into a fresh copy
     of the buffers, so that what earlier steps read stays as it was for the backward pass.
 
+    ``len(cache)`` counts every position appended since the cache was made (or reset): the
+    position of the next token, which rotary positions need. A plain cache holds all of them; a
+    rolling cache holds the last ``window`` (``cache.keys`` shows what is held).
+
     Args:
         batch_size: B, fixed for the life of the cache.
-        num_heads: H.
-        max_len: the most positions the cache can hold.
+        num_heads: H, the key/value heads (H_kv with grouped-query attention).
+        max_len: the most positions the cache can take in all.
         head_dim: D.
+        window: None (keep every position), or W: keep only the last W (a rolling cache, for
+            attention with a sliding window of W; it preallocates nothing).
         dtype: a floating dtype.
         device: where the buffers live.
 
     Shapes:
         append(k (B, H, L, D), v (B, H, L, D)) -> keys (B, H, S, D), values (B, H, S, D)
-        with S = len(cache) after the append.
+        with S = len(cache) after the append; with a window, S = the positions held before the
+        append (at most W) + L: each new query's W - 1 predecessors are there.
     """
 
     def __init__(
@@ -48,14 +62,19 @@ class KVCache:
         max_len: int,
         head_dim: int,
         *,
+        window: int | None = None,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> None:
         check.positive_ints("KVCache", batch_size=batch_size, num_heads=num_heads, max_len=max_len, head_dim=head_dim)
+        if window is not None:
+            check.positive_int("KVCache", "window", window)
         check.floating_dtype("KVCache", "dtype", dtype)
         check.device("KVCache", "device", device)
         self.batch_size, self.num_heads, self.max_len, self.head_dim = batch_size, num_heads, max_len, head_dim
-        shape = (batch_size, num_heads, max_len, head_dim)  # (B, H, max_len, D)
+        self.window = window
+        held = max_len if window is None else 0  # a rolling cache grows to W positions, no further
+        shape = (batch_size, num_heads, held, head_dim)  # (B, H, max_len or 0, D)
         self._keys = torch.zeros(shape, dtype=dtype, device=device)
         self._values = torch.zeros(shape, dtype=dtype, device=device)
         self.length = 0
@@ -64,8 +83,9 @@ class KVCache:
         return self.length
 
     def __repr__(self) -> str:
+        window = "" if self.window is None else f", window={self.window}"
         return (f"KVCache(batch_size={self.batch_size}, num_heads={self.num_heads}, "
-                f"length={self.length}/{self.max_len}, head_dim={self.head_dim}, dtype={self._keys.dtype})")
+                f"length={self.length}/{self.max_len}, head_dim={self.head_dim}{window}, dtype={self._keys.dtype})")
 
     @property
     def dtype(self) -> torch.dtype:
@@ -78,7 +98,7 @@ class KVCache:
 
     @property
     def keys(self) -> Tensor:
-        """The cached keys, (B, H, S, D).
+        """The cached keys, (B, H, S, D): every position, or the last W of a rolling cache.
 
         Shapes:
             -> (B, H, S, D)
@@ -87,7 +107,7 @@ class KVCache:
 
     @property
     def values(self) -> Tensor:
-        """The cached values, (B, H, S, D).
+        """The cached values, (B, H, S, D): every position, or the last W of a rolling cache.
 
         Shapes:
             -> (B, H, S, D)
@@ -95,12 +115,14 @@ class KVCache:
         return self._values[:, :, : self.length]
 
     def reset(self) -> None:
-        """Forget every cached position (the memory is kept for reuse).
+        """Forget every cached position (a plain cache keeps its memory for reuse).
 
         Shapes:
             no tensors (the buffers are kept)
         """
         self.length = 0
+        if self.window is not None:
+            self._keys, self._values = self._keys[:, :, :0], self._values[:, :, :0]  # (B, H, 0, D)
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store the keys and values of L new positions; return all S
@@ -111,6 +133,8 @@ class KVCache:
             -> keys (B, H, S, D), values (B, H, S, D)
         """
         check.cache_append("KVCache.append", self, k, v)
+        if self.window is not None:
+            return self._roll(k, v)
         start, end = self.length, self.length + k.shape[2]
         needs_grad = k.requires_grad or v.requires_grad
         if torch.is_grad_enabled() and needs_grad:
@@ -122,3 +146,17 @@ class KVCache:
         self._values[:, :, start:end] = v
         self.length = end
         return self.keys, self.values
+
+    def _roll(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """A rolling cache's append: the held positions and the L new ones are returned, and only
+        the last W of them are kept (a copy of W positions, so that nothing older stays in memory).
+
+        Shapes:
+            k (B, H, L, D), v (B, H, L, D) -> keys (B, H, S, D), values (B, H, S, D), S <= W + L
+        """
+        keys = torch.cat([self.keys, k], dim=2)  # (B, H, S, D): the held positions, then the L new
+        values = torch.cat([self.values, v], dim=2)  # (B, H, S, D)
+        self._keys = keys[:, :, -self.window :].clone()  # (B, H, min(S, W), D)
+        self._values = values[:, :, -self.window :].clone()  # (B, H, min(S, W), D)
+        self.length += k.shape[2]
+        return keys, values

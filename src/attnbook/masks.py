@@ -1,7 +1,8 @@
 """Masks: which keys each query may attend to. A boolean mask is True where a query may attend.
 
 * :func:`padding_mask` is True on the real tokens of a padded batch, (B, S).
-* :func:`causal_mask` lets query i see keys j <= i + (S - L): aligned to the bottom right.
+* :func:`causal_mask` lets query i see keys j <= i + (S - L): aligned to the bottom right; with
+  a ``window`` W, only the last W of them (a band).
 * :func:`expand_key_mask` turns a (B, S) padding mask into (B, 1, S), ready to broadcast against
   scores (B, L, S) (or (B, 1, 1, S) against (B, H, L, S)).
 * :func:`combine_masks` is the one rule for combining masks, used by every attention path.
@@ -52,6 +53,7 @@ def causal_mask(
     S: int | None = None,
     device: torch.device | str | None = None,
     *,
+    window: int | None = None,
     rows: slice | None = None,
     cols: slice | None = None,
 ) -> Tensor:
@@ -61,9 +63,13 @@ def causal_mask(
     with one new query and a cache of S keys (L = 1) the query sees all S keys. PyTorch's
     ``is_causal=True`` aligns to the top left instead (``j <= i``); the two agree when L = S.
 
+    With a ``window`` W the mask is a band: each query sees itself and the W - 1 keys before it,
+    ``i + (S - L) - W < j <= i + (S - L)`` (Mistral's sliding window; W = 1 sees only itself).
+
     Args:
         L, S: the numbers of queries and keys (S defaults to L).
         device: where to build the mask.
+        window: W, how many keys (itself included) each query sees; None: every earlier key.
         rows, cols: only this block of the (L, S) mask (tiled attention builds one tile at a time).
 
     Shapes:
@@ -72,10 +78,13 @@ def causal_mask(
     S = L if S is None else S
     check.nonnegative_ints("causal_mask", L=L, S=S)
     check.device("causal_mask", "device", device)
+    if window is not None:
+        check.positive_int("causal_mask", "window", window)
     rows, cols = rows or slice(0, L), cols or slice(0, S)
-    i = torch.arange(L, device=device)[rows, None]  # (L, 1)
+    i = torch.arange(L, device=device)[rows, None] + (S - L)  # (L, 1): each query's place among the keys
     j = torch.arange(S, device=device)[None, cols]  # (1, S)
-    return j <= i + (S - L)  # (L, S)
+    allowed = j <= i  # (L, S)
+    return allowed if window is None else allowed & (j > i - window)  # (L, S): the band of the last W keys
 
 
 def expand_key_mask(key_mask: Tensor, ndim: int = 3) -> Tensor:

@@ -16,13 +16,16 @@ Both modules compute the same four steps:
 with the book's masks); :meth:`MultiHeadAttention.from_torch` and :meth:`MultiHeadAttention.to_torch`
 copy the weights across. :class:`CausalSelfAttention` is a decoder's self-attention: queries, keys
 and values from one sequence, the causal mask aligned to the bottom right, and an optional
-:class:`~attnbook.kv_cache.KVCache` for decoding one token at a time through the same forward.
+:class:`~attnbook.kv_cache.KVCache` for decoding one token at a time through the same forward. Its
+options are today's models' (grouped-query heads, rotary positions, a sliding window), and
+:meth:`CausalSelfAttention.from_llama` copies a Hugging Face Llama attention layer.
 
 Shapes:
     B batch, H heads, L queries, S keys/values, E model width, D = E / H per-head width.
     MultiHeadAttention: query (B, L, E), key (B, S, Ek), value (B, S, Ev)
         -> output (B, L, E), weights (B, L, S) or (B, H, L, S)
-    CausalSelfAttention: x (B, L, E) -> output (B, L, E), weights (B, L, S) or (B, H, L, S)
+    CausalSelfAttention: x (B, L, E) -> output (B, L, E), weights (B, L, S) or (B, H, L, S);
+        with grouped-query attention, H_kv key/value heads (k, v and the cache (B, H_kv, S, D)).
 
 Masks: a boolean mask is True where a query may attend to a key. ``key_mask`` is True on real
 keys and False on padding; PyTorch's ``key_padding_mask`` means the opposite.
@@ -31,11 +34,14 @@ keys and False on padding; PyTorch's ``key_padding_mask`` means the opposite.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook import _checks as check
 from attnbook.functional import attention, fused_attention, merge_heads, split_heads
 from attnbook.kv_cache import KVCache
+from attnbook.masks import build_mask, causal_mask
+from attnbook.positions import apply_rotary
 
 __all__ = ["MultiHeadAttention", "CausalSelfAttention", "split_heads", "merge_heads"]
 
@@ -45,25 +51,33 @@ BACKENDS = ("math", "sdpa")
 class _MultiHead(nn.Module):
     """What both modules share: four projections, and the attention of every head through either
     backend. ``q_proj`` (E -> E), ``k_proj`` (Ek -> E), ``v_proj`` (Ev -> E) and ``out_proj`` (E -> E)
-    are plain ``nn.Linear`` layers; row block h·D .. (h+1)·D - 1 of each input projection is head h's."""
+    are plain ``nn.Linear`` layers; row block h·D .. (h+1)·D - 1 of each input projection is head h's.
+    With H_kv key/value heads (grouped-query attention, :class:`CausalSelfAttention` only), ``k_proj``
+    and ``v_proj`` give H_kv · D columns, and key/value head g serves query heads g·H/H_kv ..
+    (g+1)·H/H_kv - 1."""
 
     def __init__(self, where: str, embed_dim: int, num_heads: int, kdim: int | None, vdim: int | None,
-                 bias: bool, dropout: float, backend: str, device, dtype) -> None:
+                 bias: bool, dropout: float, backend: str, device, dtype, num_kv_heads: int | None = None) -> None:
         super().__init__()
         kdim, vdim = embed_dim if kdim is None else kdim, embed_dim if vdim is None else vdim
         check.positive_ints(where, embed_dim=embed_dim, kdim=kdim, vdim=vdim)
         check.heads(where, "embed_dim", embed_dim, num_heads)
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        check.that(check.positive_int(where, "num_kv_heads", num_kv_heads) and num_heads % num_kv_heads == 0, where,
+                   lambda: f"`num_kv_heads`={num_kv_heads} must divide num_heads={num_heads} (each key/value head "
+                   f"serves num_heads / num_kv_heads query heads)")
         check.flags(where, bias=bias)
         check.probability(where, "dropout", dropout)
         check.one_of(where, "backend", backend, BACKENDS)
         check.device(where, "device", device)
         check.floating_dtype(where, "dtype", dtype)
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.num_kv_heads, kv_width = num_kv_heads, num_kv_heads * (embed_dim // num_heads)  # H_kv, H_kv * D
         self.kdim, self.vdim, self.dropout, self.backend = kdim, vdim, float(dropout), backend
         factory = {"bias": bias, "device": device, "dtype": dtype}
         self.q_proj = nn.Linear(embed_dim, embed_dim, **factory)  # weight (E, E)
-        self.k_proj = nn.Linear(kdim, embed_dim, **factory)  # weight (E, Ek)
-        self.v_proj = nn.Linear(vdim, embed_dim, **factory)  # weight (E, Ev)
+        self.k_proj = nn.Linear(kdim, kv_width, **factory)  # weight (H_kv * D, Ek)
+        self.v_proj = nn.Linear(vdim, kv_width, **factory)  # weight (H_kv * D, Ev)
         self.out_proj = nn.Linear(embed_dim, embed_dim, **factory)  # weight (E, E)
         self.reset_parameters()
 
@@ -95,15 +109,27 @@ class _MultiHead(nn.Module):
         """Attention in every head, the heads merged, and the output
         projection.
 
+        With fewer key/value heads than query heads (H_kv < H, grouped-query attention), key/value
+        head g serves the H / H_kv consecutive query heads g·H/H_kv .. (g+1)·H/H_kv - 1, as in
+        Hugging Face's ``repeat_kv``: the readable path repeats each head that many times; the fused
+        kernel shares them itself (``enable_gqa=True``), without the copies.
+
         Shapes:
-            q (B, H, L, D), k and v (B, H, S, D),
+            q (B, H, L, D), k and v (B, H_kv, S, D),
             mask (L, S) | (B, 1, L, S) | (B, H, L, S),
             key_mask (B, S)
             -> output (B, L, E),
                weights (B, L, S) | (B, H, L, S) | None
         """
         dropout_p = self.dropout if self.training else 0.0
-        if self.backend == "sdpa":
+        groups = q.shape[1] // k.shape[1]  # H / H_kv query heads per key/value head
+        if self.backend == "sdpa" and groups > 1:
+            # the fused path, each key/value head shared by its query heads inside the kernel
+            allowed = build_mask(q.shape[2], k.shape[2], mask=mask, key_mask=key_mask, is_causal=is_causal, ndim=4,
+                                 device=q.device)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, enable_gqa=True)
+            weights = None
+        elif self.backend == "sdpa":
             # the fused path: PyTorch's kernels, which never form
             # the weights
             out = fused_attention(
@@ -112,7 +138,11 @@ class _MultiHead(nn.Module):
             )
             weights = None
         else:
-            # the readable path: scores, masked softmax, weighted sum
+            # the readable path: scores, masked softmax, weighted sum; with grouped-query heads, every
+            # query head first gets its own copy of the key/value head it shares
+            if groups > 1:
+                k = k.repeat_interleave(groups, dim=1)  # (B, H, S, D): head g serves query heads g·groups ..
+                v = v.repeat_interleave(groups, dim=1)  # (B, H, S, D)
             out, weights = attention(
                 q, k, v, mask, key_mask=key_mask,
                 is_causal=is_causal, dropout_p=dropout_p,
@@ -271,6 +301,18 @@ class CausalSelfAttention(_MultiHead):
     the bottom right (query i sees j <= i + S - L): decoding one token at a time runs this same
     forward.
 
+    Three options of today's models (Llama, Mistral), each off by default:
+
+    * ``num_kv_heads`` (grouped-query attention): H_kv key/value heads, each shared by H / H_kv
+      consecutive query heads; ``k_proj`` and ``v_proj`` give H_kv · D columns, and the cache
+      holds H_kv heads, H / H_kv times less memory.
+    * ``rotary``: queries and keys are rotated at their absolute positions
+      (:func:`attnbook.positions.apply_rotary`); with a cache, the new tokens' positions follow
+      the ``len(cache)`` positions before them.
+    * ``window`` W: each query sees itself and the W - 1 keys before it
+      (:func:`attnbook.masks.causal_mask` with ``window``), and :meth:`new_cache` makes a rolling
+      cache that keeps only the last W keys and values.
+
     Args:
         embed_dim: E.
         num_heads: H; must divide ``embed_dim``.
@@ -278,10 +320,14 @@ class CausalSelfAttention(_MultiHead):
         dropout: dropout on the attention weights, in training only.
         backend: "math" or "sdpa" (see :class:`MultiHeadAttention`).
         max_len: the longest sequence (cache included) allowed, or None for no limit.
+        num_kv_heads: H_kv, which must divide H; None: H (one key/value head per query head).
+        rotary: rotate queries and keys by their positions; D must be even.
+        rotary_base: the rotation's base (Llama's ``rope_theta``).
+        window: W >= 1, the sliding window, or None: every earlier position.
 
     Shapes:
         forward: x (B, L, E) -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None,
-        with S = L without a cache and S = len(cache) after the append with one.
+        with S = L without a cache and S = the positions the cache returns with one.
     """
 
     def __init__(
@@ -293,27 +339,40 @@ class CausalSelfAttention(_MultiHead):
         dropout: float = 0.0,
         backend: str = "math",
         max_len: int | None = None,
+        num_kv_heads: int | None = None,
+        rotary: bool = False,
+        rotary_base: float = 10000.0,
+        window: int | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__("CausalSelfAttention", embed_dim, num_heads, None, None, bias, dropout, backend,
-                         device, dtype)
+        where = "CausalSelfAttention"
+        super().__init__(where, embed_dim, num_heads, None, None, bias, dropout, backend, device, dtype, num_kv_heads)
         if max_len is not None:
-            check.positive_int("CausalSelfAttention", "max_len", max_len)
-        self.max_len = max_len
+            check.positive_int(where, "max_len", max_len)
+        check.flag(where, "rotary", rotary)
+        check.that(not rotary or self.head_dim % 2 == 0, where, lambda: f"rotary=True needs an even per-head width "
+                   f"D = embed_dim / num_heads (pairs of coordinates turn together); got D={self.head_dim}")
+        check.number(where, "rotary_base", rotary_base, "a number > 1", lambda b: b > 1)
+        if window is not None:
+            check.positive_int(where, "window", window)
+        self.max_len, self.rotary, self.rotary_base, self.window = max_len, rotary, float(rotary_base), window
 
     def extra_repr(self) -> str:
-        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}, "
-                f"backend={self.backend!r}, max_len={self.max_len}")
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
+                f"dropout={self.dropout}, backend={self.backend!r}, max_len={self.max_len}, rotary={self.rotary}, "
+                f"window={self.window}")
 
     def new_cache(self, batch_size: int, max_len: int) -> KVCache:
-        """An empty :class:`KVCache` that fits this module (its heads, width, dtype and device).
+        """An empty :class:`KVCache` that fits this module (its key/value heads, width, dtype and
+        device); a rolling cache of the last W positions when the module has a window.
 
         Shapes:
-            -> a cache holding up to (B, H, max_len, D) keys and values
+            -> a cache holding up to (B, H_kv, max_len, D) keys and values, or (B, H_kv, W, D)
         """
         w = self.out_proj.weight
-        return KVCache(batch_size, self.num_heads, max_len, self.head_dim, dtype=w.dtype, device=w.device)
+        return KVCache(batch_size, self.num_kv_heads, max_len, self.head_dim, window=self.window, dtype=w.dtype,
+                       device=w.device)
 
     def forward(
         self,
@@ -332,12 +391,63 @@ class CausalSelfAttention(_MultiHead):
         check.tensor(where, "x", x, letters="B, L, E", dtype=self.out_proj.weight.dtype,
                      sizes=[(-1, self.embed_dim, "E")])
         check.instance(where, "cache", cache, (KVCache, type(None)), "an attnbook.kv_cache.KVCache or None")
+        check.that(cache is None or cache.num_heads == self.num_kv_heads, where, lambda: f"`cache` was made for "
+                   f"num_heads={cache.num_heads} key/value heads; this module has num_kv_heads={self.num_kv_heads} "
+                   f"(make the cache with new_cache)")
+        check.that(cache is None or cache.window is None or self.window is not None and cache.window >= self.window,
+                   where, lambda: f"`cache` keeps only the last window={cache.window} positions, but this module's "
+                   f"queries see window={self.window} (None: all) of them (make the cache with new_cache)")
         check.context_length(where, cache, x.shape[1], self.max_len)
         check.weights_request(where, self.backend, need_weights, average_attn_weights)
+        L, past = x.shape[1], 0 if cache is None else len(cache)  # past: the position of the first new token
         q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, L, D)
-        k = split_heads(self.k_proj(x), self.num_heads)  # (B, H, L, D)
-        v = split_heads(self.v_proj(x), self.num_heads)  # (B, H, L, D)
+        k = split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
+        v = split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
+        if self.rotary:
+            positions = torch.arange(past, past + L, device=x.device)  # (L,): absolute, after the cached ones
+            q, k = apply_rotary(q, positions, self.rotary_base), apply_rotary(k, positions, self.rotary_base)
         if cache is not None:
-            k, v = cache.append(k, v)  # (B, H, S, D): the cached positions, then the L new ones
-        return self._attend(q, k, v, is_causal=True, need_weights=need_weights,
+            k, v = cache.append(k, v)  # (B, H_kv, S, D): the cached positions, then the L new ones
+        # the causal mask, aligned to the bottom right; with a window, its band of the last W keys
+        mask = None if self.window is None else causal_mask(L, k.shape[2], x.device, window=self.window)  # (L, S)
+        return self._attend(q, k, v, mask=mask, is_causal=self.window is None, need_weights=need_weights,
                             average_attn_weights=average_attn_weights)
+
+    @classmethod
+    def from_llama(cls, layer: nn.Module, backend: str = "math", window: int | None = None) -> CausalSelfAttention:
+        """A new module (``rotary=True``) holding a copy of the weights of a Hugging Face
+        ``LlamaAttention`` layer (or a layer of the same form: Mistral's, Qwen2's), same dtype
+        and device. A projection without a bias gets a zero one when the others have biases
+        (Qwen2's ``o_proj``).
+
+        ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj`` are copied into ``q_proj``, ``k_proj``,
+        ``v_proj`` and ``out_proj``; the heads, the key/value heads and the rotation's base
+        (``rope_theta``) come from the layer's config. Pass the sliding ``window`` yourself
+        (Mistral's ``config.sliding_window``): Hugging Face applies it through the mask it builds.
+
+        Shapes:
+            q_proj.weight (H·D, E), k_proj.weight and v_proj.weight (H_kv·D, E), o_proj.weight (E, H·D)
+        """
+        where = "CausalSelfAttention.from_llama"
+        parts = ("q_proj", "k_proj", "v_proj", "o_proj")
+        check.that(isinstance(layer, nn.Module) and all(isinstance(getattr(layer, p, None), nn.Linear) for p in parts)
+                   and hasattr(layer, "config"), where, lambda: f"`layer` must be a Hugging Face attention layer "
+                   f"with q_proj, k_proj, v_proj and o_proj (LlamaAttention); got {check.described(layer)}", TypeError)
+        config = layer.config
+        rope = getattr(config, "rope_parameters", None) or {"rope_type": "default", "rope_theta": config.rope_theta}
+        check.that(rope.get("rope_type", "default") == "default", where, lambda: f"`layer` uses the rotary scaling "
+                   f"{rope.get('rope_type')!r}; only the plain rotation (rope_type 'default') is copied")
+        E, H, H_kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
+        check.that(layer.head_dim * H == E, where, lambda: f"`layer` has head_dim={layer.head_dim} and {H} heads, "
+                   f"{layer.head_dim * H} columns, not hidden_size={E}; this module needs D = E / H")
+        w, theirs = layer.o_proj.weight, [getattr(layer, p) for p in parts]
+        bias = any(proj.bias is not None for proj in theirs)  # Qwen2: biases on q, k, v but not o
+        new = cls(E, H, num_kv_heads=H_kv, bias=bias, dropout=getattr(config, "attention_dropout", 0.0),
+                  backend=backend, rotary=True, rotary_base=rope["rope_theta"], window=window, device=w.device,
+                  dtype=w.dtype)
+        with torch.no_grad():
+            for ours, proj in zip((new.q_proj, new.k_proj, new.v_proj, new.out_proj), theirs):
+                ours.weight.copy_(proj.weight)
+                if ours.bias is not None:  # a layer without a bias adds zero
+                    ours.bias.copy_(proj.bias) if proj.bias is not None else ours.bias.zero_()
+        return new.train(layer.training)

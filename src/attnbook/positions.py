@@ -1,12 +1,17 @@
 """Positions: self-attention alone cannot tell where a token sits, so positions are added to the inputs.
 
-Two common choices: fixed sinusoids (Vaswani et al., 2017) and a learned table (one trainable
-vector per position, as in GPT-style models and :class:`attnbook.models.transformer.TinyTransformer`).
+Two common choices add a vector to the inputs: fixed sinusoids (Vaswani et al., 2017) and a
+learned table (one trainable vector per position, as in GPT-style models and
+:class:`attnbook.models.transformer.TinyTransformer`). Today's models rotate the queries and keys
+instead (rotary positions, Su et al., 2021, as in Llama): :func:`apply_rotary` turns each pair of
+coordinates by an angle proportional to the position, so that the score of a query and a key
+depends only on how far apart they are.
 
 Shapes:
-    L positions, E model width.
+    L positions, E model width, D per-head width.
     sinusoidal_positions -> (L, E)
     LearnedPositions: x (B, L, E) -> (B, L, E)
+    apply_rotary: x (..., L, D), positions (L,) -> (..., L, D)
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from torch import Tensor, nn
 
 from attnbook import _checks as check
 
-__all__ = ["sinusoidal_positions", "LearnedPositions"]
+__all__ = ["sinusoidal_positions", "LearnedPositions", "apply_rotary"]
 
 
 def sinusoidal_positions(
@@ -87,3 +92,37 @@ class LearnedPositions(nn.Module):
         check.that(0 <= offset and offset + L <= self.max_len, "LearnedPositions",
                    lambda: f"positions {offset}..{offset + L - 1} do not fit in max_len={self.max_len}")
         return x + self.table.weight[offset : offset + L]  # (B, L, E)
+
+
+def apply_rotary(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
+    """Rotary positions: turn each pair of coordinates of ``x`` by an angle that grows with the position.
+
+    Coordinate i is paired with coordinate i + D/2 (Llama's "rotate half" layout), and pair j
+    turns by ``angle_j = position · base^(-2j/D)``, j = 0 .. D/2 - 1. Rotating queries and keys
+    this way makes their dot product depend on the positions only through their offset: a query
+    at p and a key at p - k score as they would at any other p with the same k.
+
+    The angles are computed in float64 (float32 on Apple's MPS, which has no float64), then cast
+    to ``x``'s dtype, so that a float64 ``x`` is rotated exactly as a float64 reference would.
+
+    Args:
+        x: queries or keys, D even.
+        positions: the integer position of each of the L rows of ``x``.
+        base: the longest wavelength is ``2π · base`` (Llama's ``rope_theta``).
+
+    Shapes:
+        x (..., L, D), positions (L,) -> (..., L, D)
+    """
+    where = "apply_rotary"
+    check.tensor(where, "x", x, floating=True, min_ndim=2)
+    check.that(x.shape[-1] % 2 == 0, where, lambda: f"`x` must have an even width D (pairs of coordinates turn "
+               f"together); got shape {tuple(x.shape)}")
+    check.tensor(where, "positions", positions, letters="L", dtype=(torch.int64, torch.int32),
+                 sizes=[(0, x.shape[-2], "L (one position per row of x)")])
+    check.number(where, "base", base, "a number > 1", lambda b: b > 1)
+    D, exact = x.shape[-1], torch.float32 if x.device.type == "mps" else torch.float64  # MPS has no float64
+    rates = 1.0 / base ** (torch.arange(0, D, 2, dtype=exact, device=x.device) / D)  # (D/2,)
+    angles = positions.to(exact)[:, None] * rates  # (L, D/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (L, D/2) each
+    x1, x2 = x[..., : D // 2], x[..., D // 2 :]  # (..., L, D/2) each: coordinate i pairs with i + D/2
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)  # (..., L, D)

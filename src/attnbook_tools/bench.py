@@ -19,6 +19,10 @@ What is measured (fp32, CPU, ``--threads`` threads, default 2):
 * Tiled against plain attention and SDPA: time and peak tensor memory for L=S up to 16384, D=64.
 * Greedy decoding of 256 tokens by the tiny causal model with a key/value cache against
   recomputing the whole prefix for every token.
+* One decoded token at 1,024 cached tokens in one :class:`~attnbook.multihead.CausalSelfAttention`
+  layer (E=1024, H=16, sdpa backend): with grouped-query heads (H_kv=4) against full multi-head
+  attention, the cache's bytes and the time per token; and the cached step against recomputing
+  the whole sequence for that token (the book aims at 10 times or more).
 
 Times are medians over several calls (the repeats in ``FULL`` and ``SMOKE``) after a warm-up
 call. Competing functions are called in turn within each repeat, so a burst of load from another
@@ -62,6 +66,9 @@ TARGETS: dict[str, tuple[str, float, str]] = {
     "tiled_memory_vs_plain": ("max", 0.05, "tiled / plain attention, peak memory at the largest L=S"),
     "tiled_time_vs_sdpa": ("max", 3.0, "tiled attention / SDPA, time at the largest L=S"),
     "kv_cache_speedup": ("min", 5.0, "decoding without cache / with cache, time"),
+    "gqa_cache_memory": ("min", None, "multi-head / grouped-query cache, bytes (H / H_kv expected)"),
+    "gqa_decode_time": ("max", None, "grouped-query / multi-head decoding, time per token"),
+    "cached_vs_recompute": ("min", 10.0, "recomputing the sequence / one cached step, time per token"),
 }
 
 
@@ -85,6 +92,8 @@ class Sizes:
     repeats: int
     repeats_long: int  # for the slowest measurements (the largest tiled lengths, decoding)
     models: Sequence[dict] = field(default_factory=list)  # TinyTransformer keyword arguments
+    decode_layer: tuple[int, int, int, int] = (1024, 16, 4, 1024)  # (E, H, H_kv, cached tokens S)
+    decode_repeats: int = 31  # one decoded token takes milliseconds: many repeats for a steady median
 
 
 FULL = Sizes(
@@ -102,6 +111,8 @@ FULL = Sizes(
     # the chapters' tiny model, and a wider, deeper one
     models=[dict(vocab_size=64, embed_dim=64, num_heads=4, num_layers=2, max_len=512),
             dict(vocab_size=64, embed_dim=256, num_heads=4, num_layers=4, max_len=512)],
+    decode_layer=(1024, 16, 4, 1024),
+    decode_repeats=31,
 )
 
 SMOKE = Sizes(
@@ -117,6 +128,8 @@ SMOKE = Sizes(
     repeats=2,
     repeats_long=2,
     models=[dict(vocab_size=16, embed_dim=32, num_heads=2, num_layers=1, max_len=32)],
+    decode_layer=(64, 4, 2, 64),
+    decode_repeats=2,
 )
 
 
@@ -260,6 +273,45 @@ def bench_kv_cache(sizes: Sizes) -> list[dict]:
     return rows
 
 
+def bench_decode_step(sizes: Sizes) -> dict:
+    """One decoded token at S cached tokens: grouped-query (H_kv heads) against multi-head
+    attention (H), with the cache, and the cached step against recomputing all S + 1 positions.
+
+    Before each timed step the cache is set back to S positions (its buffer is preallocated), so
+    that every step attends to exactly S cached tokens plus itself.
+
+    Shapes:
+        prefix (1, S, E), token (1, 1, E); caches (1, H or H_kv, S + 1, D); no tensors returned
+    """
+    from attnbook.multihead import CausalSelfAttention
+
+    E, H, H_kv, S = sizes.decode_layer
+    torch.manual_seed(0)
+    sequence = torch.randn(1, S + 1, E)  # (B, S + 1, E): the S cached tokens, then the new one
+    layers = {"mha": CausalSelfAttention(E, H, backend="sdpa").eval(),
+              "gqa": CausalSelfAttention(E, H, num_kv_heads=H_kv, backend="sdpa").eval()}
+    caches = {name: layer.new_cache(1, S + 1) for name, layer in layers.items()}
+
+    def step(name: str) -> Callable[[], torch.Tensor]:
+        def run() -> torch.Tensor:
+            caches[name].length = S  # forget the previous step's token: S cached tokens again
+            return layers[name](sequence[:, S:], cache=caches[name])[0]
+        return run
+
+    with torch.inference_mode():
+        for name, layer in layers.items():
+            layer(sequence[:, :S], cache=caches[name])  # the prompt fills the cache
+        cache_bytes = {name: c.keys.nbytes + c.values.nbytes for name, c in caches.items()}
+        same = {name: bool(torch.allclose(step(name)(), layer(sequence)[0][:, S:], atol=1e-5, rtol=1e-4))
+                for name, layer in layers.items()}  # the cached step is the full sequence's last row
+        medians = interleaved_medians(
+            {"mha": step("mha"), "gqa": step("gqa"), "recompute": lambda: layers["mha"](sequence)[0][:, S:]},
+            repeats=sizes.decode_repeats,
+        )
+    return {"E": E, "H": H, "H_kv": H_kv, "cached": S, "backend": "sdpa", "seconds": medians,
+            "cache_bytes": cache_bytes, "same_as_full": same}
+
+
 def _tokens(result) -> torch.Tensor:
     return result[0] if isinstance(result, tuple) else result
 
@@ -283,6 +335,12 @@ def _ratios(results: dict) -> dict[str, float]:
     for kv in results["kv_cache"]:
         tag = f"{kv['tokens']} tokens, E={kv['model']['embed_dim']}, {kv['model']['num_layers']} layers"
         ratios[f"kv_cache_speedup[{tag}]"] = kv["seconds"]["recompute"] / kv["seconds"]["cache"]
+    d = results["decode_step"]
+    tag = f"S={d['cached']} cached, E={d['E']} H={d['H']} H_kv={d['H_kv']}"
+    ratios[f"gqa_cache_memory[{tag}]"] = d["cache_bytes"]["mha"] / d["cache_bytes"]["gqa"]
+    ratios[f"gqa_decode_time[{tag}]"] = d["seconds"]["gqa"] / d["seconds"]["mha"]
+    ratios[f"cached_vs_recompute[S={d['cached']} cached, E={d['E']} H={d['H']}]"] = (
+        d["seconds"]["recompute"] / d["seconds"]["mha"])
     return ratios
 
 
@@ -335,6 +393,12 @@ def format_table(results: dict) -> str:
             f"{kv['model']['num_layers']} layers: cache {kv['seconds']['cache']:.3f} s, "
             f"recompute {kv['seconds']['recompute']:.3f} s, same tokens: {kv['same_tokens']}"
         )
+    d = results["decode_step"]
+    lines += ["", f"one token at S={d['cached']} cached, E={d['E']}, H={d['H']} (sdpa): multi-head "
+              f"{1e3 * d['seconds']['mha']:.3f} ms, cache {d['cache_bytes']['mha'] / 2**20:.2f} MiB; grouped-query "
+              f"H_kv={d['H_kv']} {1e3 * d['seconds']['gqa']:.3f} ms, cache {d['cache_bytes']['gqa'] / 2**20:.2f} MiB; "
+              f"recomputing all {d['cached'] + 1} positions {1e3 * d['seconds']['recompute']:.3f} ms; "
+              f"cached step equals the full sequence's: {d['same_as_full']}"]
     machine = results["machine"]
     lines += ["", f"torch {machine['torch']}, {machine['threads']} threads on {machine['cpu_count']} CPUs, "
               f"THP_MEM_ALLOC_ENABLE={machine['thp_mem_alloc_enable']}, load average before "
@@ -370,6 +434,7 @@ def run(sizes: Sizes, *, threads: int) -> dict:
     results["flops"] = bench_flops(sizes)
     results["tiled"] = bench_tiled(sizes)
     results["kv_cache"] = bench_kv_cache(sizes)
+    results["decode_step"] = bench_decode_step(sizes)
     results["ratios"] = _ratios(results)
     results["wall_seconds"] = time.perf_counter() - start
     if hasattr(os, "getloadavg"):
