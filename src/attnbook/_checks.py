@@ -9,13 +9,15 @@ exception type, everywhere:
   needed, widths that differ, ``num_heads=0``, a token id outside the vocabulary, ``dim=5``).
 
 Every message names the function (``where``), the argument, what it got and what was expected. A
-check computes nothing for its caller: it returns None (``positive_int`` and ``nonnegative_int``
-hand back the int they were given, unchanged). The modules call these helpers on every forward,
-so a message is a ``lambda``, formatted only when its check fails, and the two helpers on the
-multi-head path (``attention_call``, ``multihead_call``) first test the usual call in one pass and
-run their detailed checks, which say what is wrong, only when that test fails. The helpers are
-private (import the module) and, being private, carry no type annotations: each docstring says
-what it accepts.
+check computes nothing for its caller: it returns None (the checks of one number, such as
+``positive_int``, hand back the number they were given, unchanged). The modules call these
+helpers on every forward, so a message is a ``lambda``, formatted only when its check fails, and
+the two helpers on the multi-head path (``attention_call``, ``multihead_call``) first test the
+usual call in one pass and run their detailed checks, which say what is wrong, only when that
+test fails (the detailed checks cost about ten times as much). Tensors that go together are
+checked by one helper, :func:`tensors`, from their shapes written as in the docstrings
+("B, L, E"): one letter is one size in every tensor. The helpers are private (import the module)
+and, being private, carry no type annotations: each docstring says what it accepts.
 
 Shapes:
     B batch, H heads, L queries, S keys/values, D query/key width per head, Dv value width.
@@ -30,6 +32,9 @@ import torch
 from torch import Tensor
 
 __all__: list[str] = []  # private: the public modules call these with their own names
+
+# How a message calls a size that two tensors must share, by its letter in their shapes.
+_SIZE_NAMES = {"B": "batch size B", "L": "length L", "S": "length S", "D": "width D"}
 
 
 def described(value):
@@ -54,9 +59,9 @@ def that(condition, where, message, error=ValueError):
 
 # ----------------------------------------------------------------------------- numbers, flags, options
 def instance(where, name, value, kind, text):
-    """``value`` is a ``kind`` (a type or a tuple, described as ``text``); a bool is no int here."""
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    that(isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool)), where,
+    """``value`` is a ``kind`` (a type or a tuple, described as ``text``); a bool passes only ``kind=bool``
+    (it is no int here)."""
+    that(isinstance(value, kind) and (kind is bool or not isinstance(value, bool)), where,
          lambda: f"`{name}` must be {text}; got {described(value)}", TypeError)
 
 
@@ -67,35 +72,22 @@ def number(where, name, value, text, ok, kind=Real):
     return value
 
 
-def positive_int(where, name, value):
-    """``value`` if it is an int > 0: a TypeError for a non-int, a ValueError for an int <= 0."""
-    return number(where, name, value, "a positive int", lambda n: n > 0, int)
+def _numbers(text, ok, kind=Real):
+    """The checks of one such number, ``one(where, name, value)``, which hands it back, and of many,
+    ``many(where, B=2, H=4)``: a TypeError for a wrong type, a ValueError for a wrong value."""
+    def one(where, name, value):
+        return number(where, name, value, text, ok, kind)
 
-
-def nonnegative_int(where, name, value):
-    """``value`` if it is an int >= 0."""
-    return number(where, name, value, "an int >= 0", lambda n: n >= 0, int)
-
-
-def flag(where, name, value):
-    """A bool (not 0 or 1)."""
-    instance(where, name, value, bool, "a bool")
-
-
-def _each(check):
-    """``check`` for many arguments at once: ``positive_ints(where, B=2, H=4)``."""
-    def each(where, **values):
+    def many(where, **values):
         for name, value in values.items():
-            check(where, name, value)
-    return each
+            one(where, name, value)
+    return one, many
 
 
-positive_ints, nonnegative_ints, flags = _each(positive_int), _each(nonnegative_int), _each(flag)
-
-
-def probability(where, name, value):
-    """A dropout probability in [0, 1)."""
-    number(where, name, value, "a number in [0, 1)", lambda p: 0.0 <= p < 1.0)
+positive_int, positive_ints = _numbers("a positive int", lambda n: n > 0, int)
+nonnegative_int, nonnegative_ints = _numbers("an int >= 0", lambda n: n >= 0, int)
+flag, flags = _numbers("a bool", lambda b: True, bool)
+probability, _ = _numbers("a number in [0, 1)", lambda p: 0.0 <= p < 1.0)  # a dropout probability
 
 
 def one_of(where, name, value, choices):
@@ -126,13 +118,13 @@ def device(where, name, value):
 
 def floating_dtype(where, name, value):
     """None or a floating ``torch.dtype`` (``torch.float32``, not the string ``"float32"``)."""
-    hint = f" (write torch.{value})" if isinstance(value, str) and hasattr(torch, value) else ""
-    that(value is None or isinstance(value, torch.dtype) and value.is_floating_point, where,
-         lambda: f"`{name}` must be a floating torch.dtype or None; got {value!r}{hint}", TypeError)
+    that(value is None or isinstance(value, torch.dtype) and value.is_floating_point, where, lambda: f"`{name}` must "
+         f"be a floating torch.dtype or None; got {value!r}" + (f" (write torch.{value})" if isinstance(value, str)
+                                                               and hasattr(torch, value) else ""), TypeError)
 
 
 # ----------------------------------------------------------------------------- tensors and masks
-def tensor(where, name, value, *, letters=None, floating=False, min_ndim=0, dtype=None, sizes=()):
+def tensor(where, name, value, letters=None, *, floating=False, min_ndim=0, dtype=None, sizes=()):
     """A tensor: with ``len(letters)`` dims (``letters`` such as "B, L, E" name them in the message)
     or at least ``min_ndim``; floating, or of ``dtype`` (or one in a tuple), if asked; with the
     ``sizes`` given as (dim, size, name) triples, such as ``(-1, E, "embed_dim")`` (None: unchecked)."""
@@ -148,19 +140,23 @@ def tensor(where, name, value, *, letters=None, floating=False, min_ndim=0, dtyp
              f"{tuple(value.shape)}")
 
 
-def same_dtype(where, *named):
-    """The (name, tensor) pairs share one dtype."""
-    that(all(t.dtype == named[0][1].dtype for _, t in named), where, lambda: " and ".join(f"`{n}`" for n, _ in named)
-         + f" must share one dtype; got {', '.join(str(t.dtype) for _, t in named)}", TypeError)
-
-
-def same_sizes(where, what, dims, *named, hint=""):
-    """The (name, tensor) pairs agree in ``what``, their sizes at ``dims`` ("batch size B" at slice(0, 1))."""
-    sizes = [t.shape[dims] for _, t in named]
-    size = lambda s: f"{what.split()[-1]}={s[0]}" if len(s) == 1 else f"{what}={tuple(s)}"  # noqa: E731
-    that(sizes.count(sizes[0]) == len(sizes), where, lambda: " and ".join(f"`{n}`" for n, _ in named) + f" must have "
-         f"the same {what}{hint}; got " + " and ".join(f"{n} {tuple(t.shape)} ({size(s)})" for (n, t), s in
-                                                       zip(named, sizes)))
+def tensors(where, named, *, dtype=None, names=None, **known):
+    """Tensors that go together, ``named`` as {name: (tensor, shape)} with shapes written as in the
+    docstrings: "B, L, E", or "..., L, D" for any leading dims. Each is a tensor of those dims,
+    floating (or of ``dtype``), and all share one dtype. A letter is one size in every tensor;
+    ``known`` gives some sizes with the name a message uses, ``E=(8, "embed_dim")``; ``names``
+    overrides how a message calls a letter ("width D" and the like)."""
+    names, first = {**_SIZE_NAMES, **(names or {})}, {}
+    for name, (t, shape) in named.items():
+        letters = shape.removeprefix("..., ").split(", ")
+        tensor(where, name, t, None if "..." in shape else shape, min_ndim=len(letters), floating=True,
+               dtype=dtype, sizes=[(i - len(letters), *known[x]) for i, x in enumerate(letters) if x in known])
+        for x, size in zip(letters, t.shape[-len(letters):]):
+            other, u, s = first.setdefault(x, (name, t, size))  # the first tensor with a size x
+            that(s == size, where, lambda: f"`{other}` and `{name}` must have the same {names.get(x, x)}; got "
+                 f"{other} {tuple(u.shape)} ({x}={s}) and {name} {tuple(t.shape)} ({x}={size})")
+    that(len({t.dtype for t, _ in named.values()}) == 1, where, lambda: " and ".join(f"`{n}`" for n in named)
+         + f" must share one dtype; got {', '.join(str(t.dtype) for t, _ in named.values())}", TypeError)
 
 
 def mask(where, name, value, scores_shape, dtype, text="the scores' shape (..., L, S)"):
@@ -181,10 +177,8 @@ def key_mask(where, value, scores_shape):
     """None, or a bool padding mask, True on real keys: (B, S), or (S,) for every sequence."""
     that(value is None or isinstance(value, Tensor) and value.dtype == torch.bool, where, lambda: "`key_mask` must "
          f"be a bool tensor (True = a real key, False = padding) or None; got {described(value)}", TypeError)
-    if value is None:
-        return
-    lead, S, n = tuple(scores_shape[:-2]), scores_shape[-1], value.dim() - 1
-    that(0 <= n <= len(lead) and value.shape[-1] in (1, S) and _broadcast(value.shape[:-1], lead[:n])
+    lead, S, n = tuple(scores_shape[:-2]), scores_shape[-1], 0 if value is None else value.dim() - 1
+    that(value is None or 0 <= n <= len(lead) and value.shape[-1] in (1, S) and _broadcast(value.shape[:-1], lead[:n])
          == lead[:n], where, lambda: f"`key_mask` must have shape (B, S) = {(*lead[:1], S)}; got {tuple(value.shape)}")
 
 
@@ -213,18 +207,14 @@ def lengths(where, value, max_len):
 
 # ----------------------------------------------------------------------------- the inputs of each function
 def attention_call(where, q, k, v, attn_mask, padding, is_causal, scale, dropout_p):
-    """An attention function's query, key and value (..., L or S, D or Dv), ``mask``, ``key_mask``,
-    ``is_causal``, ``scale`` and ``dropout_p``."""
+    """An attention function's query (..., L, D), key (..., S, D) and value (..., S, Dv), ``mask``,
+    ``key_mask``, ``is_causal``, ``scale`` and ``dropout_p``."""
     if (attn_mask is None and padding is None and scale is None and type(is_causal) is bool and dropout_p == 0.0
             and type(dropout_p) is float and type(q) is type(k) is type(v) is Tensor and q.is_floating_point()
             and q.dtype == k.dtype == v.dtype and min(q.dim(), k.dim(), v.dim()) >= 2 and q.shape[-1] == k.shape[-1]
             and k.shape[-2] == v.shape[-2] and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
         return  # the usual call, in one pass; the checks below say what is wrong in any other
-    for name, t in (("query", q), ("key", k), ("value", v)):
-        tensor(where, name, t, floating=True, min_ndim=2)
-    same_dtype(where, ("query", q), ("key", k), ("value", v))
-    same_sizes(where, "width D", slice(-1, None), ("query", q), ("key", k))
-    same_sizes(where, "length S", slice(-2, -1), ("key", k), ("value", v))
+    tensors(where, {"query": (q, "..., L, D"), "key": (k, "..., S, D"), "value": (v, "..., S, Dv")})
     lead = _broadcast(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     that(lead is not None, where, lambda: f"the leading dims of `query` {tuple(q.shape)}, `key` {tuple(k.shape)} "
          f"and `value` {tuple(v.shape)} do not broadcast")
@@ -235,25 +225,19 @@ def attention_call(where, q, k, v, attn_mask, padding, is_causal, scale, dropout
     probability(where, "dropout_p", dropout_p)
 
 
-def score_inputs(where, queries, keys, *, same_width=False, query_dim=None, key_dim=None):
-    """Queries (B, L, Dq) and keys (B, S, Dk) for a score: floating, one dtype, one B; the same width
-    for a dot product, else the widths the score was made for."""
-    tensor(where, "queries", queries, letters="B, L, Dq", floating=True, sizes=[(-1, query_dim, "query_dim")])
-    tensor(where, "keys", keys, letters="B, S, Dk", floating=True, sizes=[(-1, key_dim, "key_dim")])
-    same_dtype(where, ("queries", queries), ("keys", keys))
-    same_sizes(where, "batch size B", slice(0, 1), ("queries", queries), ("keys", keys))
-    if same_width:
-        same_sizes(where, "width D", slice(-1, None), ("queries", queries), ("keys", keys),
-                   hint=" for a dot product (BilinearScore and AdditiveScore allow two widths)")
+def score_inputs(where, score, queries, keys):
+    """A score module's queries (B, L, Dq) and keys (B, S, Dk): the widths it was made for (its
+    ``query_dim`` and ``key_dim``), or, for a dot product, which has none, one width D."""
+    q, k = ("Dq", "Dk") if hasattr(score, "query_dim") else ("D", "D")
+    tensors(where, {"queries": (queries, f"B, L, {q}"), "keys": (keys, f"B, S, {k}")}, Dq=(getattr(score, "query_dim",
+            None), "query_dim"), Dk=(getattr(score, "key_dim", None), "key_dim"), names={"D": "width D for a dot "
+            "product (BilinearScore and AdditiveScore allow two widths)"})
 
 
 def attention_module_inputs(where, queries, keys, values, attn_mask, padding):
     """:class:`attnbook.attention.Attention`'s queries (B, L, Dq), keys (B, S, Dk), values (B, S, Dv),
     ``mask`` and ``key_mask``."""
-    score_inputs(where, queries, keys)
-    tensor(where, "values", values, letters="B, S, Dv", floating=True)
-    same_dtype(where, ("queries", queries), ("keys", keys), ("values", values))
-    same_sizes(where, "(B, S)", slice(0, 2), ("keys", keys), ("values", values))
+    tensors(where, {"queries": (queries, "B, L, Dq"), "keys": (keys, "B, S, Dk"), "values": (values, "B, S, Dv")})
     mask(where, "mask", attn_mask, (*queries.shape[:2], keys.shape[1]), queries.dtype, "the scores' shape (B, L, S)")
     key_mask(where, padding, (*queries.shape[:2], keys.shape[1]))
 
@@ -268,10 +252,8 @@ def multihead_call(where, module, query, key, value, attn_mask, padding, is_caus
             and query.shape[0] == key.shape[0] and key.shape[:2] == value.shape[:2]
             and (query.shape[2], key.shape[2], value.shape[2]) == (module.embed_dim, module.kdim, module.vdim)):
         return  # the usual call, in one pass; the checks below say what is wrong in any other
-    for name, t, width in (("query", query, "embed_dim"), ("key", key, "kdim"), ("value", value, "vdim")):
-        tensor(where, name, t, letters="B, length, width", dtype=dtype, sizes=[(-1, getattr(module, width), width)])
-    same_sizes(where, "batch size B", slice(0, 1), ("query", query), ("key", key))
-    same_sizes(where, "(B, S)", slice(0, 2), ("key", key), ("value", value))
+    tensors(where, {"query": (query, "B, L, E"), "key": (key, "B, S, Ek"), "value": (value, "B, S, Ev")}, dtype=dtype,
+            E=(module.embed_dim, "embed_dim"), Ek=(module.kdim, "kdim"), Ev=(module.vdim, "vdim"))
     B, L, S, H = query.shape[0], query.shape[1], key.shape[1], module.num_heads
     key_mask(where, padding, (B, H, L, S))
     if attn_mask is not None:
@@ -299,10 +281,8 @@ def weights_request(where, backend, need_weights, average_attn_weights):
 def cache_append(where, cache, k, v):
     """Keys and values (B, H, L, D) that fit a :class:`attnbook.kv_cache.KVCache`: its batch size,
     heads, width and dtype, one shape for both, and room for L more positions."""
-    sizes = ((0, cache.batch_size, "batch_size"), (1, cache.num_heads, "num_heads"), (3, cache.head_dim, "head_dim"))
-    for name, t in (("k", k), ("v", v)):
-        tensor(where, name, t, letters="B, H, L, D", dtype=cache.dtype, sizes=sizes)
-    same_sizes(where, "length L", slice(2, 3), ("k", k), ("v", v))
+    tensors(where, {"k": (k, "B, H, L, D"), "v": (v, "B, H, L, D")}, dtype=cache.dtype,
+            B=(cache.batch_size, "batch_size"), H=(cache.num_heads, "num_heads"), D=(cache.head_dim, "head_dim"))
     that(len(cache) + k.shape[2] <= cache.max_len, where, lambda: f"the cache is full: it holds {len(cache)} of "
          f"max_len={cache.max_len} positions and cannot take {k.shape[2]} more; make the cache larger or reset() it")
 

@@ -52,9 +52,8 @@ class Attention(nn.Module):
 
     def __init__(self, score: nn.Module) -> None:
         super().__init__()
-        check.instance(
-            "Attention", "score", score, nn.Module, "an nn.Module"
-        )
+        check.instance("Attention", "score", score, nn.Module,
+                       "an nn.Module")
         self.score = score
 
     def forward(
@@ -74,15 +73,12 @@ class Attention(nn.Module):
             mask (L, S) | (B, L, S), key_mask (B, S)
             -> context (B, L, Dv), weights (B, L, S)
         """
-        check.attention_module_inputs(
-            "Attention", queries, keys, values, mask, key_mask
-        )
+        check.attention_module_inputs("Attention", queries, keys,
+                                      values, mask, key_mask)
         B, L, S = queries.shape[0], queries.shape[1], keys.shape[1]
         scores = self.score(queries, keys)  # (B, L, S)
-        check.tensor(
-            "Attention", "score(queries, keys)", scores,
-            letters="B, L, S", sizes=[(1, L, "L"), (2, S, "S")],
-        )
+        check.tensor("Attention", "score(queries, keys)", scores,
+                     "B, L, S", sizes=[(1, L, "L"), (2, S, "S")])
         allowed = build_mask(L, S, mask=mask, key_mask=key_mask)
         weights = masked_softmax(scores, allowed)  # (B, L, S)
         context = weights @ values  # (B, L, Dv)

@@ -131,12 +131,9 @@ class TransformerBlock(nn.Module):
         check.that(
             key_mask is None or not self.causal, where,
             "`key_mask` is for causal=False (a causal block never "
-            "sees the padding at the end of a sequence)",
-        )
-        check.that(
-            cache is None or self.causal, where,
-            "`cache` needs a causal block; got causal=False",
-        )
+            "sees the padding at the end of a sequence)")
+        check.that(cache is None or self.causal, where,
+                   "`cache` needs a causal block; got causal=False")
         if self.norm_first:  # pre-norm: x + dropout(f(LayerNorm(x)))
             h, weights = self._self_attention(
                 self.norm1(x), key_mask, cache, need_weights
@@ -236,10 +233,8 @@ class DecoderBlock(nn.Module):
             -> (B, L, E), self weights (B, H, L, L) or None,
                cross weights (B, H, L, S) or None
         """
-        check.tensor(
-            "DecoderBlock.forward", "memory", memory,
-            letters="B, S, E",
-        )
+        check.tensor("DecoderBlock.forward", "memory", memory,
+                     letters="B, S, E")
         per_head = {
             "need_weights": need_weights,
             "average_attn_weights": False,

@@ -115,10 +115,8 @@ def attention(
         mask (..., L, S), key_mask (B, S)
         -> output (..., L, Dv), weights (..., L, S)
     """
-    check.attention_call(
-        "attention", q, k, v, mask, key_mask, is_causal, scale,
-        dropout_p,
-    )
+    check.attention_call("attention", q, k, v, mask, key_mask,
+                         is_causal, scale, dropout_p)
     dtype, L, S = q.dtype, q.shape[-2], k.shape[-2]
     # the dtype policy: fp16/bf16 in fp32
     q, k, v, mask = upcast(q), upcast(k), upcast(v), upcast(mask)

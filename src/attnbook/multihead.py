@@ -109,10 +109,12 @@ class _MultiHead(nn.Module):
         """Attention in every head, the heads merged, and the output
         projection.
 
-        With fewer key/value heads than query heads (H_kv < H, grouped-query attention), key/value
-        head g serves the H / H_kv consecutive query heads g·H/H_kv .. (g+1)·H/H_kv - 1, as in
-        Hugging Face's ``repeat_kv``: the readable path repeats each head that many times; the fused
-        kernel shares them itself (``enable_gqa=True``), without the copies.
+        With fewer key/value heads than query heads (H_kv < H,
+        grouped-query attention), key/value head g serves the
+        H / H_kv consecutive query heads from g·H/H_kv on, as
+        Hugging Face's ``repeat_kv`` has it: the readable path
+        repeats each head that many times; the fused kernel
+        shares them (``enable_gqa``).
 
         Shapes:
             q (B, H, L, D), k and v (B, H_kv, S, D),
@@ -122,12 +124,17 @@ class _MultiHead(nn.Module):
                weights (B, L, S) | (B, H, L, S) | None
         """
         dropout_p = self.dropout if self.training else 0.0
-        groups = q.shape[1] // k.shape[1]  # H / H_kv query heads per key/value head
+        # H / H_kv query heads per key/value head
+        groups = q.shape[1] // k.shape[1]
         if self.backend == "sdpa" and groups > 1:
-            # the fused path, each key/value head shared by its query heads inside the kernel
-            allowed = build_mask(q.shape[2], k.shape[2], mask=mask, key_mask=key_mask, is_causal=is_causal, ndim=4,
-                                 device=q.device)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, enable_gqa=True)
+            # the fused path, each key/value head shared by its
+            # query heads inside the kernel
+            allowed = build_mask(
+                q.shape[2], k.shape[2], mask=mask, key_mask=key_mask,
+                is_causal=is_causal, ndim=4, device=q.device)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=allowed, dropout_p=dropout_p,
+                enable_gqa=True)
             weights = None
         elif self.backend == "sdpa":
             # the fused path: PyTorch's kernels, which never form
@@ -138,11 +145,12 @@ class _MultiHead(nn.Module):
             )
             weights = None
         else:
-            # the readable path: scores, masked softmax, weighted sum; with grouped-query heads, every
-            # query head first gets its own copy of the key/value head it shares
-            if groups > 1:
-                k = k.repeat_interleave(groups, dim=1)  # (B, H, S, D): head g serves query heads g·groups ..
-                v = v.repeat_interleave(groups, dim=1)  # (B, H, S, D)
+            # the readable path: scores, masked softmax, weighted
+            # sum; with grouped-query heads every query head first
+            # gets its own copy of the key/value head it shares
+            if groups > 1:  # k and v become (B, H, S, D)
+                k = k.repeat_interleave(groups, dim=1)
+                v = v.repeat_interleave(groups, dim=1)
             out, weights = attention(
                 q, k, v, mask, key_mask=key_mask,
                 is_causal=is_causal, dropout_p=dropout_p,

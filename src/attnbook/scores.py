@@ -42,7 +42,7 @@ class DotScore(nn.Module):
         Shapes:
             queries (B, L, D), keys (B, S, D) -> scores (B, L, S)
         """
-        check.score_inputs("DotScore", queries, keys, same_width=True)
+        check.score_inputs("DotScore", self, queries, keys)
         return queries @ keys.transpose(1, 2)  # (B, L, S)
 
 
@@ -62,7 +62,7 @@ class ScaledDotScore(nn.Module):
         Shapes:
             queries (B, L, D), keys (B, S, D) -> scores (B, L, S)
         """
-        check.score_inputs("ScaledDotScore", queries, keys, same_width=True)
+        check.score_inputs("ScaledDotScore", self, queries, keys)
         return queries @ keys.transpose(1, 2) / math.sqrt(queries.shape[-1])  # (B, L, S)
 
 
@@ -83,9 +83,8 @@ class BilinearScore(nn.Module):
 
     def __init__(self, query_dim: int, key_dim: int) -> None:
         super().__init__()
-        check.positive_ints(
-            "BilinearScore", query_dim=query_dim, key_dim=key_dim
-        )
+        check.positive_ints("BilinearScore", query_dim=query_dim,
+                            key_dim=key_dim)
         self.query_dim, self.key_dim = query_dim, key_dim
         # (Dq, Dk)
         self.weight = nn.Parameter(torch.empty(query_dim, key_dim))
@@ -109,10 +108,7 @@ class BilinearScore(nn.Module):
         Shapes:
             queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
         """
-        check.score_inputs(
-            "BilinearScore", queries, keys,
-            query_dim=self.query_dim, key_dim=self.key_dim,
-        )
+        check.score_inputs("BilinearScore", self, queries, keys)
         # each query mapped into key space
         projected = queries @ self.weight  # (B, L, Dk)
         return projected @ keys.transpose(1, 2)  # (B, L, S)
@@ -145,10 +141,8 @@ class AdditiveScore(nn.Module):
     def __init__(self, query_dim: int, key_dim: int,
                  hidden_dim: int) -> None:
         super().__init__()
-        check.positive_ints(
-            "AdditiveScore", query_dim=query_dim, key_dim=key_dim,
-            hidden_dim=hidden_dim,
-        )
+        check.positive_ints("AdditiveScore", query_dim=query_dim,
+                            key_dim=key_dim, hidden_dim=hidden_dim)
         self.query_dim, self.key_dim = query_dim, key_dim
         self.hidden_dim = hidden_dim
         self.query_proj = nn.Linear(
@@ -171,10 +165,7 @@ class AdditiveScore(nn.Module):
         Shapes:
             queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
         """
-        check.score_inputs(
-            "AdditiveScore", queries, keys,
-            query_dim=self.query_dim, key_dim=self.key_dim,
-        )
+        check.score_inputs("AdditiveScore", self, queries, keys)
         q = self.query_proj(queries).unsqueeze(2)  # (B, L, 1, Dh)
         k = self.key_proj(keys).unsqueeze(1)  # (B, 1, S, Dh)
         # (B, L, S, Dh), in place: one pair-sized tensor, not two
@@ -192,10 +183,7 @@ class AdditiveScore(nn.Module):
         Shapes:
             queries (B, L, Dq), keys (B, S, Dk) -> scores (B, L, S)
         """
-        check.score_inputs(
-            "AdditiveScore", queries, keys,
-            query_dim=self.query_dim, key_dim=self.key_dim,
-        )
+        check.score_inputs("AdditiveScore", self, queries, keys)
         B, L, _ = queries.shape
         S = keys.shape[1]
         pairs = torch.cat(

@@ -77,10 +77,8 @@ def tiled_attention(
         q (..., L, D), k (..., S, D), v (..., S, Dv),
         mask (..., L, S), key_mask (B, S) -> output (..., L, Dv)
     """
-    check.attention_call(
-        "tiled_attention", q, k, v, mask, key_mask, is_causal, scale,
-        dropout_p=0.0,
-    )
+    check.attention_call("tiled_attention", q, k, v, mask, key_mask,
+                         is_causal, scale, dropout_p=0.0)
     check.positive_int("tiled_attention", "block_size", block_size)
     dtype, L, S = q.dtype, q.shape[-2], k.shape[-2]
     lead = torch.broadcast_shapes(

@@ -316,7 +316,7 @@ def test_bad_inputs(raises_naming):
         ours(q, k[..., :3], v)
     with raises_naming(ValueError, "query", "3-D"):
         ours(q[0], k, v)
-    with raises_naming(ValueError, "key", "value", "(B, S)"):
+    with raises_naming(ValueError, "`key`", "`value`", "length S", "(3, 6, 8)", "(3, 2, 8)"):
         ours(q, k, v[:, :2])
     with raises_naming(ValueError, "batch size"):
         ours(q, k[:1], v[:1])
