@@ -20,7 +20,8 @@ import sys
 import nbformat
 import pytest
 
-from attnbook_classroom.course import export_csv, grade, graded_cells, student_exercise_cells, toc_chapters
+from attnbook_classroom.course import (build_assignments, export_csv, grade, graded_cells, student_exercise_cells,
+                                       toc_chapters)
 from attnbook_classroom.course.folder import api
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -271,9 +272,9 @@ def _validate_output(path: pathlib.Path, cwd, env) -> str:
     return result.stdout + result.stderr
 
 
-def _check_feedback_page(path: pathlib.Path, maths: bool = True) -> None:
-    """The feedback page in a real browser with no network: its maths is drawn (MathML, no TeX
-    left), and no message runs off the page."""
+def _check_feedback_pages(pages: dict[pathlib.Path, bool]) -> None:
+    """Feedback pages in a real browser with no network: their maths is drawn (MathML, no TeX left;
+    the value says whether the page has maths), and no message runs off the page."""
     pytest.importorskip("playwright")
     from playwright.sync_api import sync_playwright
 
@@ -285,19 +286,20 @@ def _check_feedback_page(path: pathlib.Path, maths: bool = True) -> None:
         browser = playwright.chromium.launch(executable_path=str(chromium), args=flags)
         page = browser.new_page(viewport={"width": 900, "height": 800})
         page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
-        page.goto(f"file://{path}", wait_until="load")
-        found = page.evaluate(r"""() => {
-            const text = [...document.querySelectorAll('.jp-MarkdownCell, .text_cell_render')].map(e => e.innerText).join(' ');
-            const maths = [...document.querySelectorAll('math')];
-            const wide = [...document.querySelectorAll('.output_subarea pre, .jp-OutputArea-output pre')]
-                .filter(e => e.scrollWidth > e.clientWidth + 2).length;
-            return {dollars: (text.match(/\$/g) || []).length, maths: maths.length,
-                    drawn: maths.filter(m => m.getBoundingClientRect().width > 0).length, wide,
-                    pageWide: document.documentElement.scrollWidth > window.innerWidth + 2};
-        }""")
+        for path, maths in pages.items():
+            page.goto(f"file://{path}", wait_until="load")
+            found = page.evaluate(r"""() => {
+                const text = [...document.querySelectorAll('.jp-MarkdownCell, .text_cell_render')].map(e => e.innerText).join(' ');
+                const maths = [...document.querySelectorAll('math')];
+                const wide = [...document.querySelectorAll('.output_subarea pre, .jp-OutputArea-output pre')]
+                    .filter(e => e.scrollWidth > e.clientWidth + 2).length;
+                return {dollars: (text.match(/\$/g) || []).length, maths: maths.length,
+                        drawn: maths.filter(m => m.getBoundingClientRect().width > 0).length, wide,
+                        pageWide: document.documentElement.scrollWidth > window.innerWidth + 2};
+            }""")
+            assert (found["maths"] > 0) == maths and found["drawn"] == found["maths"] and found["dollars"] == 0, (path, found)
+            assert found["wide"] == 0 and not found["pageWide"], (path, found)
         browser.close()
-    assert (found["maths"] > 0) == maths and found["drawn"] == found["maths"] and found["dollars"] == 0, found
-    assert found["wide"] == 0 and not found["pageWide"], found
 
 
 def _text(nb: dict) -> str:
@@ -419,8 +421,8 @@ def test_classroom_workflow_with_nbgrader(tmp_path, capsys):
     assert len(lms) == 1 + len(students)
     row = next(r for r in lms if r[2] == "teacher")
     assert row[0] == "Student, Teacher" and row[6] == grades["teacher", NAME]["score"] and row[5] == grades["teacher", CHAPTER]["score"]
-    _check_feedback_page(course / "feedback" / "teacher" / CHAPTER / f"{CHAPTER}.html")  # maths in it
-    _check_feedback_page(course / "feedback" / "student_a" / NAME / f"{NAME}.html", maths=False)  # long messages
+    _check_feedback_pages({course / "feedback" / "teacher" / CHAPTER / f"{CHAPTER}.html": True,  # maths in it
+                           course / "feedback" / "student_a" / NAME / f"{NAME}.html": False})  # long messages
     summary = (course / "summary.txt").read_text()
     assert "ghost/tiny" in summary and "teacher/07_masking: 86400 s late" in summary
     assert "hostile/tiny" in summary and "student_b/tiny" in summary  # os._exit and the endless loop
@@ -481,8 +483,7 @@ def test_classroom_workflow_with_nbgrader(tmp_path, capsys):
                                                  (course / "students.csv").read_text().splitlines()
                                                  if not line.startswith("ghost,")))
     before = (course / "source" / NAME / f"{NAME}.ipynb").stat().st_mtime_ns
-    _course("assignments", "--root", str(course), "--exchange", str(exchange), str(src / f"{NAME}.ipynb"),
-            str(ROOT / "chapters" / f"{CHAPTER}.ipynb"))  # again: the same notebooks, nothing to regrade
+    build_assignments(course, [src / f"{NAME}.ipynb", ROOT / "chapters" / f"{CHAPTER}.ipynb"], exchange)  # again
     assert (course / "source" / NAME / f"{NAME}.ipynb").stat().st_mtime_ns == before
     (course / "submitted" / "student_b" / NAME / f"{NAME}.ipynb").write_text("{broken")
     grade(course)
