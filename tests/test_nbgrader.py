@@ -343,7 +343,8 @@ def test_classroom_workflow_with_nbgrader(tmp_path, capsys):
     course.mkdir()
     src.mkdir()
     (src / f"{NAME}.ipynb").write_text(json.dumps(tiny_notebook()))
-    students = ["teacher", "blank", "student_a", "student_b", "hostile", "ghost", "remote", "renamer"]
+    students = ["teacher", "blank", "student_a", "student_b", "hostile", "ghost", "remote", "renamer",
+                "mallory", "carol"]
     (course / "students.csv").write_text("id,first_name,last_name,email\n" + "".join(
         f"{s},{s.title()},Student,{s}@example.org\n" for s in students))
     (course / "due_dates.csv").write_text(f"assignment,duedate\n{CHAPTER},2026-01-01 00:00:00 UTC\n")
@@ -396,9 +397,16 @@ def test_classroom_workflow_with_nbgrader(tmp_path, capsys):
     assert instructor.collect(NAME)["success"]
     assert (course / "submitted" / "remote" / NAME / f"{NAME}.ipynb").exists()
 
+    (course / "submitted" / "mallory").symlink_to(course / "submitted" / "teacher")  # links placed by hand
+    (course / "submitted" / "carol" / NAME).mkdir(parents=True)
+    (course / "submitted" / "carol" / NAME / f"{NAME}.ipynb").symlink_to(course / "source" / NAME / f"{NAME}.ipynb")
     graded = _course("grade", "--root", str(course))
     assert "nbgrader failed" not in graded.stdout + graded.stderr
     grades = _grades(course)
+    for who in ("mallory", "carol"):  # not followed: error, no score, nothing graded or fed back
+        row = grades[who, NAME]
+        assert (row["status"], row["score"]) == ("error", "") and "symbolic link" in row["note"], row
+        assert not (course / "feedback" / who).exists() and not (course / "autograded" / who).exists()
     full = AUTOGRADED_POINTS + 2
     assert {k: (r["status"], r["score"]) for k, r in grades.items() if k[1] == NAME and k[0] in (
         "blank", "ghost")} == {("blank", NAME): ("graded", "0"), ("ghost", NAME): ("missing", "")}
@@ -468,8 +476,10 @@ def test_classroom_workflow_with_nbgrader(tmp_path, capsys):
     export_csv(course)
     assert float(_grades(course)["teacher", NAME]["score"]) == full
 
-    # feedback back to the student through the exchange
-    assert instructor.release_feedback(NAME, "remote")["success"]  # the one submitted through the exchange
+    # feedback back through the exchange: every student it can be (the others, placed by hand, have
+    # no submission_secret.txt; release_feedback lists them and goes on)
+    released_log = _nbgrader("release_feedback", NAME, cwd=course)
+    assert "not released" in released_log and "Released feedback for 'remote'" in released_log
     _nbgrader("fetch_feedback", NAME, cwd=home, env=env)
     assert list((home / NAME / "feedback").glob("*/tiny.html"))
 
