@@ -143,14 +143,17 @@ IMPORT_ATTACKS = {
                   "reference = {'seed': 0, **after_softmax_measures(0)}",
                   'check("mask_after_softmax", reference, part="lost")'),
 }
-# Markers of what must be nowhere in the sandbox: a line of the package's causal_mask, names of the
-# grader's references and sealed tables, a line of PyTorch's own multi-head attention, of the
-# implementation its documentation spells out.
+# Markers of what must be nowhere in the sandbox (in any file of code or text): a line of the
+# package's causal_mask, names of the grader's references and sealed tables, a line of PyTorch's own
+# multi-head attention, of the implementation its documentation spells out.
 MARKERS = [b"return j <= i + (S - L)", b"PICK_NOTES", b"after_softmax_measures", b"masked_attention_variants",
            b"attn_output_weights = softmax(attn_output_weights", b"attn_weight = torch.softmax(attn_weight"]
+TEXT = (".py", ".pyc", ".pyi", ".json", ".txt", ".md", ".ipynb", ".cfg", ".toml", ".yml", ".yaml", ".csv", ".html")
 SEARCH = ("import os\nfound = set()\nfor root, dirs, files in os.walk('/'):\n"
           "    if root in ('/proc', '/sys', '/dev'):\n        dirs[:] = []\n        continue\n"
-          "    for name in files:\n        path = os.path.join(root, name)\n        try:\n"
+          "    for name in files:\n        path = os.path.join(root, name)\n"
+          f"        if not name.endswith({TEXT!r}):\n            continue  # code and text, where a copy would be\n"
+          "        try:\n"
           "            if os.path.isfile(path) and not os.path.islink(path) and os.path.getsize(path) < 8 << 20:\n"
           "                data = open(path, 'rb').read()\n"
           f"                found.update(m.decode() + ' in ' + path for m in {MARKERS!r} if m in data)\n"

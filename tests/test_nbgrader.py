@@ -20,7 +20,8 @@ import sys
 import nbformat
 import pytest
 
-from attnbook_classroom.course import export_csv, grade, graded_cells, student_exercise_cells, toc_chapters
+from attnbook_classroom.course import (build_assignments, export_csv, grade, graded_cells, student_exercise_cells,
+                                       toc_chapters)
 from attnbook_classroom.course.folder import api
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -271,9 +272,9 @@ def _validate_output(path: pathlib.Path, cwd, env) -> str:
     return result.stdout + result.stderr
 
 
-def _check_feedback_page(path: pathlib.Path, maths: bool = True) -> None:
-    """The feedback page in a real browser with no network: its maths is drawn (MathML, no TeX
-    left), and no message runs off the page."""
+def _check_feedback_pages(pages: dict[pathlib.Path, bool]) -> None:
+    """Feedback pages in a real browser with no network: their maths is drawn (MathML, no TeX left;
+    the value says whether the page has maths), and no message runs off the page."""
     pytest.importorskip("playwright")
     from playwright.sync_api import sync_playwright
 
@@ -285,19 +286,20 @@ def _check_feedback_page(path: pathlib.Path, maths: bool = True) -> None:
         browser = playwright.chromium.launch(executable_path=str(chromium), args=flags)
         page = browser.new_page(viewport={"width": 900, "height": 800})
         page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
-        page.goto(f"file://{path}", wait_until="load")
-        found = page.evaluate(r"""() => {
-            const text = [...document.querySelectorAll('.jp-MarkdownCell, .text_cell_render')].map(e => e.innerText).join(' ');
-            const maths = [...document.querySelectorAll('math')];
-            const wide = [...document.querySelectorAll('.output_subarea pre, .jp-OutputArea-output pre')]
-                .filter(e => e.scrollWidth > e.clientWidth + 2).length;
-            return {dollars: (text.match(/\$/g) || []).length, maths: maths.length,
-                    drawn: maths.filter(m => m.getBoundingClientRect().width > 0).length, wide,
-                    pageWide: document.documentElement.scrollWidth > window.innerWidth + 2};
-        }""")
+        for path, maths in pages.items():
+            page.goto(f"file://{path}", wait_until="load")
+            found = page.evaluate(r"""() => {
+                const text = [...document.querySelectorAll('.jp-MarkdownCell, .text_cell_render')].map(e => e.innerText).join(' ');
+                const maths = [...document.querySelectorAll('math')];
+                const wide = [...document.querySelectorAll('.output_subarea pre, .jp-OutputArea-output pre')]
+                    .filter(e => e.scrollWidth > e.clientWidth + 2).length;
+                return {dollars: (text.match(/\$/g) || []).length, maths: maths.length,
+                        drawn: maths.filter(m => m.getBoundingClientRect().width > 0).length, wide,
+                        pageWide: document.documentElement.scrollWidth > window.innerWidth + 2};
+            }""")
+            assert (found["maths"] > 0) == maths and found["drawn"] == found["maths"] and found["dollars"] == 0, (path, found)
+            assert found["wide"] == 0 and not found["pageWide"], (path, found)
         browser.close()
-    assert (found["maths"] > 0) == maths and found["drawn"] == found["maths"] and found["dollars"] == 0, found
-    assert found["wide"] == 0 and not found["pageWide"], found
 
 
 def _text(nb: dict) -> str:
@@ -341,7 +343,8 @@ def test_classroom_workflow_with_nbgrader(tmp_path, capsys):
     course.mkdir()
     src.mkdir()
     (src / f"{NAME}.ipynb").write_text(json.dumps(tiny_notebook()))
-    students = ["teacher", "blank", "student_a", "student_b", "hostile", "ghost", "remote", "renamer"]
+    students = ["teacher", "blank", "student_a", "student_b", "hostile", "ghost", "remote", "renamer",
+                "mallory", "carol"]
     (course / "students.csv").write_text("id,first_name,last_name,email\n" + "".join(
         f"{s},{s.title()},Student,{s}@example.org\n" for s in students))
     (course / "due_dates.csv").write_text(f"assignment,duedate\n{CHAPTER},2026-01-01 00:00:00 UTC\n")
@@ -394,9 +397,16 @@ def test_classroom_workflow_with_nbgrader(tmp_path, capsys):
     assert instructor.collect(NAME)["success"]
     assert (course / "submitted" / "remote" / NAME / f"{NAME}.ipynb").exists()
 
+    (course / "submitted" / "mallory").symlink_to(course / "submitted" / "teacher")  # links placed by hand
+    (course / "submitted" / "carol" / NAME).mkdir(parents=True)
+    (course / "submitted" / "carol" / NAME / f"{NAME}.ipynb").symlink_to(course / "source" / NAME / f"{NAME}.ipynb")
     graded = _course("grade", "--root", str(course))
     assert "nbgrader failed" not in graded.stdout + graded.stderr
     grades = _grades(course)
+    for who in ("mallory", "carol"):  # not followed: error, no score, nothing graded or fed back
+        row = grades[who, NAME]
+        assert (row["status"], row["score"]) == ("error", "") and "symbolic link" in row["note"], row
+        assert not (course / "feedback" / who).exists() and not (course / "autograded" / who).exists()
     full = AUTOGRADED_POINTS + 2
     assert {k: (r["status"], r["score"]) for k, r in grades.items() if k[1] == NAME and k[0] in (
         "blank", "ghost")} == {("blank", NAME): ("graded", "0"), ("ghost", NAME): ("missing", "")}
@@ -419,8 +429,8 @@ def test_classroom_workflow_with_nbgrader(tmp_path, capsys):
     assert len(lms) == 1 + len(students)
     row = next(r for r in lms if r[2] == "teacher")
     assert row[0] == "Student, Teacher" and row[6] == grades["teacher", NAME]["score"] and row[5] == grades["teacher", CHAPTER]["score"]
-    _check_feedback_page(course / "feedback" / "teacher" / CHAPTER / f"{CHAPTER}.html")  # maths in it
-    _check_feedback_page(course / "feedback" / "student_a" / NAME / f"{NAME}.html", maths=False)  # long messages
+    _check_feedback_pages({course / "feedback" / "teacher" / CHAPTER / f"{CHAPTER}.html": True,  # maths in it
+                           course / "feedback" / "student_a" / NAME / f"{NAME}.html": False})  # long messages
     summary = (course / "summary.txt").read_text()
     assert "ghost/tiny" in summary and "teacher/07_masking: 86400 s late" in summary
     assert "hostile/tiny" in summary and "student_b/tiny" in summary  # os._exit and the endless loop
@@ -466,8 +476,10 @@ def test_classroom_workflow_with_nbgrader(tmp_path, capsys):
     export_csv(course)
     assert float(_grades(course)["teacher", NAME]["score"]) == full
 
-    # feedback back to the student through the exchange
-    assert instructor.release_feedback(NAME, "remote")["success"]  # the one submitted through the exchange
+    # feedback back through the exchange: every student it can be (the others, placed by hand, have
+    # no submission_secret.txt; release_feedback lists them and goes on)
+    released_log = _nbgrader("release_feedback", NAME, cwd=course)
+    assert "not released" in released_log and "Released feedback for 'remote'" in released_log
     _nbgrader("fetch_feedback", NAME, cwd=home, env=env)
     assert list((home / NAME / "feedback").glob("*/tiny.html"))
 
@@ -481,8 +493,7 @@ def test_classroom_workflow_with_nbgrader(tmp_path, capsys):
                                                  (course / "students.csv").read_text().splitlines()
                                                  if not line.startswith("ghost,")))
     before = (course / "source" / NAME / f"{NAME}.ipynb").stat().st_mtime_ns
-    _course("assignments", "--root", str(course), "--exchange", str(exchange), str(src / f"{NAME}.ipynb"),
-            str(ROOT / "chapters" / f"{CHAPTER}.ipynb"))  # again: the same notebooks, nothing to regrade
+    build_assignments(course, [src / f"{NAME}.ipynb", ROOT / "chapters" / f"{CHAPTER}.ipynb"], exchange)  # again
     assert (course / "source" / NAME / f"{NAME}.ipynb").stat().st_mtime_ns == before
     (course / "submitted" / "student_b" / NAME / f"{NAME}.ipynb").write_text("{broken")
     grade(course)

@@ -29,6 +29,7 @@ import functools
 import hashlib
 import importlib.metadata
 import io
+import multiprocessing.util
 import os
 import pathlib
 import re
@@ -226,6 +227,8 @@ def work_root() -> pathlib.Path:
         _ROOT.clear()  # a forked child makes its own
         _ROOT[pid] = pathlib.Path(tempfile.mkdtemp(prefix="attnbook-grading-"))
         atexit.register(_remove_root, pid, _ROOT[pid])
+        # a worker of a multiprocessing pool ends with os._exit, which skips atexit; this runs
+        multiprocessing.util.Finalize(None, _remove_root, args=(pid, _ROOT[pid]), exitpriority=10)
         _cached_view.cache_clear()
         _torch_overlays.cache_clear()
         _sandbox_code.cache_clear()
