@@ -66,3 +66,19 @@ def _raises_naming(exc_type: type[Exception], *fragments: str):
 @pytest.fixture
 def raises_naming():
     return _raises_naming
+
+
+def _never_looks_ahead(block, width):
+    """A causal block's outputs at positions 0..4 do not move when positions 5.. change."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 8, width)
+    changed = x.clone()
+    changed[:, 5:] = torch.randn(2, 3, width)  # change the future of position 4
+    y, y_changed = block(x)[0], block(changed)[0]
+    torch.testing.assert_close(y[:, :5], y_changed[:, :5], rtol=0, atol=0)
+    assert not torch.allclose(y[:, 5:], y_changed[:, 5:])
+
+
+@pytest.fixture
+def never_looks_ahead():
+    return _never_looks_ahead

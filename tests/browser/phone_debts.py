@@ -57,17 +57,11 @@ PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
         'fig-08-qkv',
         'fig-08-split',
         'fig-08-block',
-        'fig-08-loss',
-        'fig-08-heads',
         'ctl-08-heads',
-        'fig-08-timing',
     ],
     'chapters/08b_transformer_block': [
-        'fig-08b-spread',
         'fig-08b-pre-norm',
         'fig-08b-post-norm',
-        'fig-08b-ablations',
-        'fig-08b-losses',
     ],
     'chapters/08c_cross_attention': [
         'fig-08c-architecture',
@@ -76,7 +70,6 @@ PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
         'fig-08c-compare',
     ],
     'chapters/09_attention_at_scale': [
-        'fig-09-scaling',
         'fig-09-online-softmax',
         'fig-09-kv-cache',
     ],
