@@ -68,6 +68,8 @@ class TransformerBlock(nn.Module):
             every key that ``key_mask`` allows (an encoder block).
         norm_first: True: LayerNorm before each sub-layer (pre-norm); False: after the residual
             sum (post-norm).
+        num_kv_heads, rotary, window: today's options of a causal block's attention, see
+            :class:`attnbook.multihead.CausalSelfAttention`.
 
     Shapes:
         forward: x (B, L, E), key_mask (B, L) -> (B, L, E), weights (B, H, L, S) or None
@@ -84,16 +86,21 @@ class TransformerBlock(nn.Module):
         max_len: int | None = None,
         causal: bool = True,
         norm_first: bool = True,
+        num_kv_heads: int | None = None,
+        rotary: bool = False,
+        window: int | None = None,
     ) -> None:
         super().__init__()
         where = type(self).__name__
         check.positive_int(where, "mlp_ratio", mlp_ratio)
         check.flags(where, causal=causal, norm_first=norm_first)
-        check.that(causal or max_len is None, where, f"`max_len` is for causal blocks; got {max_len} with causal=False")
+        check.that(causal or (max_len, num_kv_heads, rotary, window) == (None, None, False, None), where,
+                   "`max_len`, `num_kv_heads`, `rotary` and `window` are options of causal blocks; got causal=False")
         self.causal, self.norm_first = causal, norm_first
         self.norm1 = nn.LayerNorm(embed_dim)
         if causal:
-            self.attn = CausalSelfAttention(embed_dim, num_heads, dropout=dropout, backend=backend, max_len=max_len)
+            self.attn = CausalSelfAttention(embed_dim, num_heads, dropout=dropout, backend=backend, max_len=max_len,
+                                            num_kv_heads=num_kv_heads, rotary=rotary, window=window)
         else:
             self.attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout, backend=backend)
         self.norm2 = nn.LayerNorm(embed_dim)

@@ -1,6 +1,6 @@
 """A tiny decoder-only (causal) transformer.
 
-The model: token embedding + learned positions, then ``num_layers`` pre-norm blocks
+The model: token embedding + positions (learned, sinusoidal, rotary or none), then ``num_layers`` pre-norm blocks
 (``x + attention(norm(x))``, then ``x + mlp(norm(x))``), a final layer norm and a linear read-out to
 the vocabulary. The attention is :class:`attnbook.multihead.CausalSelfAttention`, so the model can
 decode with a :class:`attnbook.kv_cache.KVCache` per layer, through the same forward.
@@ -22,9 +22,11 @@ from torch import Tensor, nn
 from attnbook import _checks as check
 from attnbook.block import TransformerBlock
 from attnbook.kv_cache import KVCache
-from attnbook.positions import LearnedPositions
+from attnbook.positions import LearnedPositions, sinusoidal_positions
 
 __all__ = ["TinyTransformer"]
+
+POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 
 
 class TinyTransformer(nn.Module):
@@ -39,6 +41,13 @@ class TinyTransformer(nn.Module):
         mlp_ratio: the MLP's hidden width is ``mlp_ratio * embed_dim``.
         dropout: dropout in attention and MLP, in training only.
         backend: "math" (can return weights) or "sdpa" (fused).
+        positions: how the model knows where a token is: "learned" (a trained vector per position,
+            added to the token's), "sinusoidal" (the fixed vectors of
+            :func:`attnbook.positions.sinusoidal_positions`, added), "rotary" (nothing added; queries
+            and keys are rotated in every layer, :func:`attnbook.positions.apply_rotary`) or "none"
+            (only the causal mask tells positions apart).
+        num_kv_heads, window: grouped-query heads and a sliding window in every layer, see
+            :class:`attnbook.multihead.CausalSelfAttention`.
 
     Shapes:
         forward: tokens (B, L) -> logits (B, L, V); with ``need_weights=True`` also a list with one
@@ -56,18 +65,24 @@ class TinyTransformer(nn.Module):
         dropout: float = 0.0,
         *,
         backend: str = "math",
+        positions: str = "learned",
+        num_kv_heads: int | None = None,
+        window: int | None = None,
     ) -> None:
         super().__init__()
         check.positive_ints("TinyTransformer", vocab_size=vocab_size, max_len=max_len, num_layers=num_layers)
-        self.vocab_size, self.max_len = vocab_size, max_len
+        check.one_of("TinyTransformer", "positions", positions, POSITIONS)
+        self.vocab_size, self.max_len, self.position_kind = vocab_size, max_len, positions
         self.embed_dim, self.num_heads, self.num_layers = embed_dim, num_heads, num_layers
         self.token_embedding = nn.Embedding(vocab_size, embed_dim)
         nn.init.normal_(self.token_embedding.weight, std=0.02)
-        self.positions = LearnedPositions(max_len, embed_dim)
+        if positions == "learned":
+            self.positions = LearnedPositions(max_len, embed_dim)
+        elif positions == "sinusoidal":
+            self.register_buffer("sinusoids", sinusoidal_positions(max_len, embed_dim), persistent=False)  # (max_len, E)
         self.blocks = nn.ModuleList(
-            TransformerBlock(
-                embed_dim, num_heads, mlp_ratio=mlp_ratio, dropout=dropout, backend=backend, max_len=max_len
-            )
+            TransformerBlock(embed_dim, num_heads, mlp_ratio=mlp_ratio, dropout=dropout, backend=backend,
+                             max_len=max_len, num_kv_heads=num_kv_heads, rotary=positions == "rotary", window=window)
             for _ in range(num_layers)
         )
         self.norm = nn.LayerNorm(embed_dim)
@@ -110,7 +125,11 @@ class TinyTransformer(nn.Module):
         offset = 0 if caches is None else len(caches[0])  # the position of the first token
         check.that(offset + tokens.shape[1] <= self.max_len, where,
                    lambda: f"{offset} cached + {tokens.shape[1]} new positions exceed max_len={self.max_len}")
-        x = self.positions(self.token_embedding(tokens), offset=offset)  # (B, L, E)
+        x = self.token_embedding(tokens)  # (B, L, E)
+        if self.position_kind == "learned":
+            x = self.positions(x, offset=offset)
+        elif self.position_kind == "sinusoidal":
+            x = x + self.sinusoids[offset : offset + tokens.shape[1]]
         all_weights = []
         for block, cache in zip(self.blocks, caches or [None] * self.num_layers):
             x, weights = block(x, cache=cache, need_weights=need_weights)  # (B, L, E), (B, H, L, S)
