@@ -94,8 +94,10 @@ TAUGHT_IN = {
 
 
 def _modules():
+    """The library's modules but the private ones (``attnbook._checks``), which teach nothing."""
     return [importlib.import_module(info.name)
-            for info in pkgutil.walk_packages(attnbook.__path__, prefix="attnbook.")]
+            for info in pkgutil.walk_packages(attnbook.__path__, prefix="attnbook.")
+            if not info.name.split(".")[-1].startswith("_")]
 
 
 def _module_names() -> dict[str, list[str]]:

@@ -115,10 +115,8 @@ def apply_rotary(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
     """
     where = "apply_rotary"
     check.tensor(where, "x", x, floating=True, min_ndim=2)
-    check.that(x.shape[-1] % 2 == 0, where, lambda: f"`x` must have an even width D (pairs of coordinates turn "
-               f"together); got shape {tuple(x.shape)}")
-    check.tensor(where, "positions", positions, letters="L", dtype=(torch.int64, torch.int32),
-                 sizes=[(0, x.shape[-2], "L (one position per row of x)")])
+    check.that(x.shape[-1] % 2 == 0, where, lambda: f"`x` must have an even width D (pairs); got {tuple(x.shape)}")
+    check.tensor(where, "positions", positions, "L", dtype=(torch.int64, torch.int32), sizes=[(0, x.shape[-2], "L")])
     check.number(where, "base", base, "a number > 1", lambda b: b > 1)
     D, exact = x.shape[-1], torch.float32 if x.device.type == "mps" else torch.float64  # MPS has no float64
     rates = 1.0 / base ** (torch.arange(0, D, 2, dtype=exact, device=x.device) / D)  # (D/2,)
