@@ -28,12 +28,6 @@ PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
         'fig-02-encoder-decoder',
         'fig-02-heatmaps',
     ],
-    'chapters/03_scaled_dot_product': [
-        'fig-03-variance',
-        'fig-03-saturation',
-        'ctl-03-weights',
-        'fig-03-weights',
-    ],
     'chapters/04_bilinear_score': [
         'fig-04-learned-w',
     ],
@@ -48,10 +42,6 @@ PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
         'fig-06-qkv',
         'fig-06-sinusoids',
         'fig-06-weights',
-    ],
-    'chapters/07_masking': [
-        'fig-07-masks',
-        'fig-07-editor',
     ],
     'chapters/08_multi_head_attention': [
         'fig-08-qkv',
