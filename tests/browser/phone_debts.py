@@ -18,16 +18,6 @@ PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
     'chapters/00_attention_at_a_glance': [
         'fig-00-temperature',
     ],
-    'chapters/01_seq2seq_bottleneck': [
-        'fig-01-loss',
-        'fig-01-accuracy',
-        'fig-01-position',
-    ],
-    'chapters/02_attention_in_seq2seq': [
-        'fig-02-accuracy',
-        'fig-02-encoder-decoder',
-        'fig-02-heatmaps',
-    ],
     'chapters/04_bilinear_score': [
         'fig-04-learned-w',
     ],
