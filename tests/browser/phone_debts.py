@@ -15,9 +15,6 @@ smaller font in the chapter (fontsize=8 in chapters 3 and 8) likely do not (not 
 stores the measurement and turns its bounds into exact numbers."""
 
 PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
-    'chapters/00_attention_at_a_glance': [
-        'fig-00-temperature',
-    ],
     'chapters/04_bilinear_score': [
         'fig-04-learned-w',
     ],
@@ -48,9 +45,5 @@ PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
         'fig-08c-loss',
         'fig-08c-maps',
         'fig-08c-compare',
-    ],
-    'chapters/09_attention_at_scale': [
-        'fig-09-online-softmax',
-        'fig-09-kv-cache',
     ],
 }
