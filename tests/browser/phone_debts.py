@@ -15,25 +15,6 @@ smaller font in the chapter (fontsize=8 in chapters 3 and 8) likely do not (not 
 stores the measurement and turns its bounds into exact numbers."""
 
 PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
-    'chapters/00_attention_at_a_glance': [
-        'fig-00-temperature',
-    ],
-    'chapters/01_seq2seq_bottleneck': [
-        'fig-01-loss',
-        'fig-01-accuracy',
-        'fig-01-position',
-    ],
-    'chapters/02_attention_in_seq2seq': [
-        'fig-02-accuracy',
-        'fig-02-encoder-decoder',
-        'fig-02-heatmaps',
-    ],
-    'chapters/03_scaled_dot_product': [
-        'fig-03-variance',
-        'fig-03-saturation',
-        'ctl-03-weights',
-        'fig-03-weights',
-    ],
     'chapters/04_bilinear_score': [
         'fig-04-learned-w',
     ],
@@ -48,10 +29,6 @@ PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
         'fig-06-qkv',
         'fig-06-sinusoids',
         'fig-06-weights',
-    ],
-    'chapters/07_masking': [
-        'fig-07-masks',
-        'fig-07-editor',
     ],
     'chapters/08_multi_head_attention': [
         'fig-08-qkv',
@@ -68,9 +45,5 @@ PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
         'fig-08c-loss',
         'fig-08c-maps',
         'fig-08c-compare',
-    ],
-    'chapters/09_attention_at_scale': [
-        'fig-09-online-softmax',
-        'fig-09-kv-cache',
     ],
 }
