@@ -64,9 +64,6 @@ PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
     ],
     'chapters/08c_cross_attention': [
         'fig-08c-architecture',
-        'fig-08c-loss',
-        'fig-08c-maps',
-        'fig-08c-compare',
     ],
     'chapters/09_attention_at_scale': [
         'fig-09-online-softmax',
