@@ -7,7 +7,7 @@ The chapters' owners delete entries as they fix their figures; nobody adds entri
 When listed (2026-11-26), every figure had been stored before the legibility report kept its
 smallest text, so the test could only use the desktop guarantee (at least 6.0-7.2 px here). What
 is known otherwise: the diagrams drawn by attnbook_tools.diagrams (fig-02-encoder-decoder,
-fig-06-qkv, fig-08-qkv, fig-08-split, fig-08-block, fig-08b-pre-norm, fig-08b-post-norm,
+fig-06-qkv, fig-08-qkv, fig-08-split, fig-08b-pre-norm, fig-08b-post-norm,
 fig-08c-architecture, fig-09-online-softmax, fig-09-kv-cache) have 8-point labels
 (canvas.SMALL_POINTS) in a 608-pixel PNG: 6.25 px on a phone, a real failure. The package's charts at
 the book's style (11-point ticks and legends, 624 px wide) give 8.4 px and pass; figures that set a
@@ -33,7 +33,6 @@ PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
     'chapters/08_multi_head_attention': [
         'fig-08-qkv',
         'fig-08-split',
-        'fig-08-block',
         'ctl-08-heads',
     ],
     'chapters/08b_transformer_block': [
@@ -42,8 +41,5 @@ PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
     ],
     'chapters/08c_cross_attention': [
         'fig-08c-architecture',
-        'fig-08c-loss',
-        'fig-08c-maps',
-        'fig-08c-compare',
     ],
 }
