@@ -270,11 +270,3 @@ def token_ids(where, name, value, vocab_size):
     low, high = (int(value.min()), int(value.max())) if value.numel() else (0, 0)
     that(0 <= low and high < vocab_size, where, lambda: f"`{name}` holds the id {low if low < 0 else high}, "
          f"outside the vocabulary of vocab_size={vocab_size} (ids 0..{vocab_size - 1})")
-
-
-def sampling(where, logits, temperature, top_k):
-    """Logits (B, V) to choose from, a finite ``temperature`` >= 0 and ``top_k`` None or in 1..V."""
-    tensor(where, "logits", logits, "B, V", floating=True)
-    number(where, "temperature", temperature, "a finite number >= 0", lambda t: 0 <= t < math.inf)
-    that(top_k is None or (isinstance(top_k, int) and not isinstance(top_k, bool) and 1 <= top_k <= logits.shape[-1]),
-         where, lambda: f"`top_k` must be None or an int in 1..{logits.shape[-1]} (the vocabulary size); got {top_k!r}")

@@ -49,7 +49,11 @@ def next_token(
     Shapes:
         logits (B, V) -> tokens (B,)
     """
-    check.sampling("next_token", logits, temperature, top_k)
+    where = "next_token"
+    check.tensor(where, "logits", logits, "B, V", floating=True)
+    check.number(where, "temperature", temperature, "a finite number >= 0", lambda t: 0 <= t < math.inf)
+    check.that(top_k is None or type(top_k) is int and 1 <= top_k <= logits.shape[-1], where,
+               lambda: f"`top_k` must be None or an int in 1..{logits.shape[-1]} (the vocabulary size); got {top_k!r}")
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,)
     if top_k is not None:  # the k-th largest logit of each row
