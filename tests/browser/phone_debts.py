@@ -30,16 +30,4 @@ PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
         'fig-06-sinusoids',
         'fig-06-weights',
     ],
-    'chapters/08_multi_head_attention': [
-        'fig-08-qkv',
-        'fig-08-split',
-        'ctl-08-heads',
-    ],
-    'chapters/08b_transformer_block': [
-        'fig-08b-pre-norm',
-        'fig-08b-post-norm',
-    ],
-    'chapters/08c_cross_attention': [
-        'fig-08c-architecture',
-    ],
 }
