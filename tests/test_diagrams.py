@@ -18,7 +18,7 @@ from torch import nn  # noqa: E402
 
 from attnbook_tools import diagrams  # noqa: E402
 from attnbook_tools.diagrams import (  # noqa: E402
-    block_flow, decoding_steps, draw_block, draw_encoder_decoder, draw_heads, draw_kv_cache,
+    block_flow, decoding_steps, draw_block, draw_bottleneck, draw_encoder_decoder, draw_heads, draw_kv_cache,
     draw_online_softmax, draw_qkv, draw_transformer_encoder_decoder, head_columns, legibility_problems,
     online_softmax_states,
 )
@@ -243,6 +243,47 @@ def test_encoder_decoder_refuses_what_it_cannot_draw(raises_naming):
         draw_encoder_decoder(build_model(None, hidden_dim=8), [3, 4])
     with raises_naming(ValueError, "`source`", "13"):
         draw_encoder_decoder(build_model("dot", hidden_dim=8), [3] * 13)
+
+
+@pytest.mark.parametrize("hidden_dim", [16, 32])
+def test_bottleneck_shows_the_one_final_state_and_greedy_decoding(hidden_dim):
+    torch.manual_seed(0)
+    model = build_model("none", hidden_dim=hidden_dim).eval()
+    source = [3, 5, 7, 9, 11]
+    tokens, weights = model.greedy_decode(torch.tensor([source]), torch.tensor([5]))
+    fig, d = draw_bottleneck(model, source)
+    assert weights is None
+    L = tokens.shape[1]
+    assert d.boxes["encoder_states"].shape == (1, 5, hidden_dim)
+    assert d.boxes["bottleneck"].shape == (1, hidden_dim)
+    assert d.boxes["bottleneck"].label == f"h_5: {hidden_dim} numbers for the whole source"
+    assert d.boxes["decoder_states"].shape == (1, L, hidden_dim)
+    assert d.boxes["output"].shape == (1, L)
+    from attnbook.tasks.reversal import to_symbols
+    assert d.facts["output"] == " ".join(to_symbols(tokens[0].tolist()))
+    assert d.facts["source"] == " ".join(to_symbols(source))
+    assert d.facts["bottleneck width"] == hidden_dim
+    # the one arrow from the encoder leaves its final state, the one arrow into the decoder leaves the bottleneck
+    assert [(a.start, a.end) for a in d.arrows if a.end == "bottleneck"] == [("encoder_states", "bottleneck")]
+    assert [a.start for a in d.arrows if a.end == "decoder_states"] == ["bottleneck", "output"]
+    check_figure(fig, d)
+
+
+def test_bottleneck_is_legible_on_a_phone_at_its_widest():
+    """Six source tokens and seven written ones, the most it draws: still 8 CSS px on a phone."""
+    torch.manual_seed(1)
+    model = build_model("none", hidden_dim=8).eval()
+    fig, d = draw_bottleneck(model, [3, 4, 5, 6, 7, 8], symbols=lambda ids: ["<eos>"] * len(ids))
+    assert d.boxes["source"].shape == (1, 6)
+    assert d.boxes["output"].shape == (1, 7)
+    check_figure(fig, d)  # on the page and on a phone
+
+
+def test_bottleneck_refuses_what_it_cannot_draw(raises_naming):
+    with raises_naming(TypeError, "`model`", "with attention"):
+        draw_bottleneck(build_model("dot", hidden_dim=8), [3, 4])
+    with raises_naming(ValueError, "`source`", "7"):
+        draw_bottleneck(build_model(None, hidden_dim=8), [3] * 7)
 
 
 # ----------------------------------------------------------------------------- the block
