@@ -73,21 +73,29 @@ def delay_batch(batch_size: int, length: int, vocab_size: int = STUDY["vocab_siz
     return torch.randint(vocab_size, (batch_size, length), generator=generator)  # (B, L)
 
 
-def delay_loss(logits: Tensor, tokens: Tensor, delay: int = STUDY["delay"]) -> tuple[Tensor, Tensor]:
-    """Cross-entropy of predicting ``tokens[:, t - delay]`` at every position t >= delay, and
-    whether each of those predictions (the largest logit) is right.
+def delay_loss(logits: Tensor, tokens: Tensor,
+               delay: int = STUDY["delay"]) -> tuple[Tensor, Tensor]:
+    """Cross-entropy of predicting ``tokens[:, t - delay]`` at every
+    position t >= delay, and whether each of those predictions (the
+    largest logit) is right.
 
     Shapes:
-        logits (B, L, V), tokens (B, L) -> loss (), correct (B, L - delay) bool
+        logits (B, L, V), tokens (B, L)
+        -> loss (), correct (B, L - delay) bool
     """
+    _check_delay_inputs(logits, tokens, delay)
+    predicted = logits[:, delay:]  # (B, L - delay, V): t = delay ..
+    target = tokens[:, :-delay]  # (B, L - delay): delay steps earlier
+    V = predicted.shape[-1]
+    loss = F.cross_entropy(predicted.reshape(-1, V), target.reshape(-1))
+    return loss, predicted.argmax(dim=-1) == target
+
+
+def _check_delay_inputs(logits: Tensor, tokens: Tensor, delay: int) -> None:
     check.positive_int("delay_loss", "delay", delay)
     check.that(logits.dim() == 3 and logits.shape[:2] == tokens.shape and tokens.shape[1] > delay, "delay_loss",
                lambda: f"`logits` (B, L, V) and `tokens` (B, L) must agree on (B, L) with L > delay={delay}; "
                f"got {tuple(logits.shape)} and {tuple(tokens.shape)}")
-    predicted = logits[:, delay:]  # (B, L - delay, V): positions delay .. L - 1
-    target = tokens[:, :-delay]  # (B, L - delay): the tokens delay positions earlier
-    loss = F.cross_entropy(predicted.reshape(-1, predicted.shape[-1]), target.reshape(-1))
-    return loss, predicted.argmax(dim=-1) == target
 
 
 def position_model(kind: str, *, window: int | None = None) -> TinyTransformer:
