@@ -112,7 +112,8 @@ def apply_rotary(x: Tensor, positions: Tensor,
 
     Args:
         x: queries or keys, D even.
-        positions: the integer position of each of the L rows of ``x``.
+        positions: the integer position of each of the L rows of
+            ``x``.
         base: the longest wavelength is ``2π · base`` (Llama's
             ``rope_theta``).
 
@@ -121,7 +122,8 @@ def apply_rotary(x: Tensor, positions: Tensor,
     """
     check.rotary_inputs("apply_rotary", x, positions, base)
     D = x.shape[-1]
-    exact = torch.float32 if x.device.type == "mps" else torch.float64
+    mps = x.device.type == "mps"  # MPS has no float64
+    exact = torch.float32 if mps else torch.float64
     pairs = torch.arange(0, D, 2, dtype=exact, device=x.device)  # 2j
     rates = 1.0 / base ** (pairs / D)  # (D/2,)
     angles = positions.to(exact)[:, None] * rates  # (L, D/2)
