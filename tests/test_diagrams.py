@@ -29,6 +29,7 @@ from attnbook.multihead import CausalSelfAttention, MultiHeadAttention  # noqa: 
 from attnbook_tools.plots import (  # noqa: E402
     COLUMN_INCHES, FIGURE_DPI, PAGE_FIGURE_WIDTH_PX, PNG_PAD_INCHES, figure_report, png_bytes, png_size,
 )
+from attnbook_tools.plots.legibility import MIN_PHONE_TEXT_PX, PHONE_FIGURE_WIDTH_PX, shown_text_px  # noqa: E402
 from attnbook.models.builder import build_model  # noqa: E402
 from attnbook.block import TransformerBlock  # noqa: E402
 from attnbook_tools.ablations import AblationBlock  # noqa: E402
@@ -45,8 +46,11 @@ def _close_figures():
 
 
 def check_figure(fig, description):
-    """What every diagram must satisfy: legible, and alt text that names every shape drawn."""
+    """What every diagram must satisfy: legible on the page and on a phone, and alt text that names
+    every shape drawn."""
     assert legibility_problems(fig) == []
+    report = figure_report(fig)
+    assert shown_text_px(report, min(PHONE_FIGURE_WIDTH_PX, report["png_px"][0])) >= MIN_PHONE_TEXT_PX, report
     alt = description.alt_text()
     assert "\n" not in alt and alt.startswith(f"Diagram: {description.title}.")
     for box in description.boxes.values():
@@ -373,6 +377,19 @@ def test_legibility_problems_finds_small_overlapping_and_clipped_text():
     wide, _ = plt.subplots(figsize=(2 * COLUMN_INCHES, 2))  # shown at under half its size on the page
     wide.axes[0].set_title("a title at 12 pt", fontsize=12)
     assert any("title 'a title at 12 pt' is" in p and "under 8 pt" in p for p in legibility_problems(wide))
+
+
+def test_a_canvas_refuses_text_over_a_box_and_text_too_small_for_a_phone():
+    from attnbook_tools.diagrams.canvas import Canvas
+    canvas = Canvas("a test", "A title", 2.0)
+    canvas.box("a", "a box", (1.0, 1.0), (1.0, 0.5), show_shape=False)
+    canvas.text(1.85, 1.0, "over the box")  # a free label written across the box's edge
+    with pytest.raises(ValueError, match="'over the box' overlaps"):
+        canvas.finish("a box and a label on it")
+    canvas = Canvas("a test", "A title", 2.0)
+    canvas.text(3.0, 1.0, "small", size=8)  # 8 pt in a 608-pixel PNG: 6.25 px on a phone
+    with pytest.raises(ValueError, match="'small' is 6.2 CSS px on a phone"):
+        canvas.finish("a small label")
 
 
 def test_a_diagram_is_as_wide_as_the_page_shows_it():

@@ -134,13 +134,15 @@ def top_level_definitions(tree: ast.Module):
 
 @functools.lru_cache(maxsize=None)
 def public_names() -> dict[str, str]:
-    """Every public name of every attnbook module -> the module that has it."""
+    """Every public name of every attnbook module -> the module that has it (a private module, such
+    as ``attnbook._checks``, has none)."""
     names: dict[str, str] = {}
     packages = [attnbook, attnbook_tools, attnbook_classroom]  # the library, the tooling, the classroom
     modules = [  # the modules first, so a name is reported where it is defined
         importlib.import_module(info.name)
         for package in packages
         for info in pkgutil.walk_packages(package.__path__, prefix=package.__name__ + ".")
+        if not any(part.startswith("_") for part in info.name.split("."))
     ] + packages
     for module in modules:
         exported = getattr(module, "__all__", None)

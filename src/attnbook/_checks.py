@@ -11,10 +11,8 @@ exception type, everywhere:
 Every message names the function (``where``), the argument, what it got and what was expected. A
 check computes nothing for its caller: it returns None (the checks of one number, such as
 ``positive_int``, hand back the number they were given, unchanged). The modules call these
-helpers on every forward, so a message is a ``lambda``, formatted only when its check fails, and
-the two helpers on the multi-head path (``attention_call``, ``multihead_call``) first test the
-usual call in one pass and run their detailed checks, which say what is wrong, only when that
-test fails (the detailed checks cost about ten times as much). Tensors that go together are
+helpers on every forward, so a message is a ``lambda``, formatted only when its check fails (a
+forward's checks cost about 10 µs). Tensors that go together are
 checked by one helper, :func:`tensors`, from their shapes written as in the docstrings
 ("B, L, E"): one letter is one size in every tensor. The helpers are private (import the module)
 and, being private, carry no type annotations: each docstring says what it accepts.
@@ -23,18 +21,11 @@ Shapes:
     B batch, H heads, L queries, S keys/values, D query/key width per head, Dv value width.
 """
 
-from __future__ import annotations
-
 import math
 from numbers import Real
 
 import torch
 from torch import Tensor
-
-__all__: list[str] = []  # private: the public modules call these with their own names
-
-# How a message calls a size that two tensors must share, by its letter in their shapes.
-_SIZE_NAMES = {"B": "batch size B", "L": "length L", "S": "length S", "D": "width D"}
 
 
 def described(value):
@@ -44,9 +35,9 @@ def described(value):
 
 
 def _broadcast(*shapes):
-    """``torch.broadcast_shapes``, or None where it raises. (Equal shapes skip torch's 10 µs.)"""
+    """``torch.broadcast_shapes``, or None where it raises."""
     try:
-        return tuple(shapes[0]) if shapes.count(shapes[0]) == len(shapes) else tuple(torch.broadcast_shapes(*shapes))
+        return tuple(torch.broadcast_shapes(*shapes))
     except RuntimeError:
         return None
 
@@ -73,10 +64,12 @@ def number(where, name, value, text, ok, kind=Real):
 
 
 def _numbers(text, ok, kind=Real):
-    """The checks of one such number, ``one(where, name, value)``, which hands it back, and of many,
-    ``many(where, B=2, H=4)``: a TypeError for a wrong type, a ValueError for a wrong value."""
-    def one(where, name, value):
-        return number(where, name, value, text, ok, kind)
+    """The checks of one such number, ``one(where, name, value)``, which hands it back (None passes
+    with ``optional=True``), and of many, ``many(where, B=2, H=4)``: a TypeError for a wrong type, a
+    ValueError for a wrong value."""
+    def one(where, name, value, optional=False):
+        return value if optional and value is None else number(where, name, value, text + optional * " or None", ok,
+                                                               kind)
 
     def many(where, **values):
         for name, value in values.items():
@@ -124,6 +117,13 @@ def floating_dtype(where, name, value):
 
 
 # ----------------------------------------------------------------------------- tensors and masks
+def block_call(where, causal, key_mask, cache):
+    """A block's ``key_mask`` (blocks with causal=False only) and ``cache`` (causal blocks only)."""
+    that(key_mask is None or not causal, where, "`key_mask` is for causal=False (a causal block never sees the "
+         "padding at the end of a sequence)")
+    that(cache is None or causal, where, "`cache` needs a causal block; got causal=False")
+
+
 def tensor(where, name, value, letters=None, *, floating=False, min_ndim=0, dtype=None, sizes=()):
     """A tensor: with ``len(letters)`` dims (``letters`` such as "B, L, E" name them in the message)
     or at least ``min_ndim``; floating, or of ``dtype`` (or one in a tuple), if asked; with the
@@ -146,7 +146,7 @@ def tensors(where, named, *, dtype=None, names=None, **known):
     floating (or of ``dtype``), and all share one dtype. A letter is one size in every tensor;
     ``known`` gives some sizes with the name a message uses, ``E=(8, "embed_dim")``; ``names``
     overrides how a message calls a letter ("width D" and the like)."""
-    names, first = {**_SIZE_NAMES, **(names or {})}, {}
+    names, first = {"B": "batch size B", "L": "length L", "S": "length S", "D": "width D", **(names or {})}, {}
     for name, (t, shape) in named.items():
         letters = shape.removeprefix("..., ").split(", ")
         tensor(where, name, t, None if "..." in shape else shape, min_ndim=len(letters), floating=True,
@@ -165,11 +165,9 @@ def mask(where, name, value, scores_shape, dtype, text="the scores' shape (..., 
     that(value is None or isinstance(value, Tensor) and value.dtype in (torch.bool, dtype), where, lambda: f"`{name}` "
          f"must be a bool tensor (True = may attend){f' or a floating {dtype} one (added)' if dtype else ''} or None; "
          f"got {described(value)}", TypeError)
-    if value is None or value.shape == scores_shape[len(scores_shape) - value.dim():]:
-        return  # the usual case, without asking torch.broadcast_shapes (about 10 µs)
-    padding = value.dim() == 2 and len(scores_shape) >= 3 and value.shape == (scores_shape[0], scores_shape[-1])
-    that(_broadcast(value.shape, scores_shape) == tuple(scores_shape), where, lambda: f"`{name}` of shape "
-         f"{tuple(value.shape)} does not broadcast to {text} = {tuple(scores_shape)}"
+    padding = value is not None and value.dim() == 2 and value.shape == (scores_shape[0], scores_shape[-1])
+    that(value is None or _broadcast(value.shape, scores_shape) == tuple(scores_shape), where, lambda: f"`{name}` of "
+         f"shape {tuple(value.shape)} does not broadcast to {text} = {tuple(scores_shape)}"
          + (" (a 2-D mask is (L, S); pass a (B, S) padding mask as `key_mask`)" if padding else ""))
 
 
@@ -197,8 +195,7 @@ def combinable_masks(where, masks):
 def lengths(where, value, max_len):
     """``lengths``: a 1-D tensor or a list of ints >= 0; ``max_len``: None or an int >= each of them."""
     instance(where, "lengths", value, (Tensor, list, tuple, range), "a 1-D tensor or a list of ints")
-    if isinstance(value, Tensor):
-        tensor(where, "lengths", value, letters="B")
+    that(getattr(value, "ndim", 1) == 1, where, lambda: f"`lengths` must be 1-D; got {described(value)}")
     values = value.tolist() if isinstance(value, Tensor) else list(value)
     nonnegative_ints(where, **{f"lengths[{i}]": n for i, n in enumerate(values)})
     that(max_len is None or nonnegative_int(where, "max_len", max_len) >= max(values, default=0), where,
@@ -209,11 +206,6 @@ def lengths(where, value, max_len):
 def attention_call(where, q, k, v, attn_mask, padding, is_causal, scale, dropout_p):
     """An attention function's query (..., L, D), key (..., S, D) and value (..., S, Dv), ``mask``,
     ``key_mask``, ``is_causal``, ``scale`` and ``dropout_p``."""
-    if (attn_mask is None and padding is None and scale is None and type(is_causal) is bool and dropout_p == 0.0
-            and type(dropout_p) is float and type(q) is type(k) is type(v) is Tensor and q.is_floating_point()
-            and q.dtype == k.dtype == v.dtype and min(q.dim(), k.dim(), v.dim()) >= 2 and q.shape[-1] == k.shape[-1]
-            and k.shape[-2] == v.shape[-2] and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
-        return  # the usual call, in one pass; the checks below say what is wrong in any other
     tensors(where, {"query": (q, "..., L, D"), "key": (k, "..., S, D"), "value": (v, "..., S, Dv")})
     lead = _broadcast(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     that(lead is not None, where, lambda: f"the leading dims of `query` {tuple(q.shape)}, `key` {tuple(k.shape)} "
@@ -246,36 +238,21 @@ def multihead_call(where, module, query, key, value, attn_mask, padding, is_caus
     """A multi-head module's query (B, L, E), key (B, S, kdim) and value (B, S, vdim), of its dtype;
     ``key_mask`` (B, S); ``mask`` (L, S), (B, L, S) (one per batch element) or (B, H, L, S); flags."""
     dtype = module.out_proj.weight.dtype
-    if (attn_mask is None and padding is None and type(is_causal) is type(need_weights) is type(average) is bool
-            and not (need_weights and module.backend == "sdpa") and type(query) is type(key) is type(value) is Tensor
-            and query.dtype == key.dtype == value.dtype == dtype and query.dim() == key.dim() == value.dim() == 3
-            and query.shape[0] == key.shape[0] and key.shape[:2] == value.shape[:2]
-            and (query.shape[2], key.shape[2], value.shape[2]) == (module.embed_dim, module.kdim, module.vdim)):
-        return  # the usual call, in one pass; the checks below say what is wrong in any other
     tensors(where, {"query": (query, "B, L, E"), "key": (key, "B, S, Ek"), "value": (value, "B, S, Ev")}, dtype=dtype,
             E=(module.embed_dim, "embed_dim"), Ek=(module.kdim, "kdim"), Ev=(module.vdim, "vdim"))
     B, L, S, H = query.shape[0], query.shape[1], key.shape[1], module.num_heads
     key_mask(where, padding, (B, H, L, S))
-    if attn_mask is not None:
-        per_batch = isinstance(attn_mask, Tensor) and attn_mask.dim() == 3
-        mask(where, "mask", attn_mask, (B, L, S) if per_batch else (B, H, L, S), dtype,
-             "(B, L, S)" if per_batch else f"(L, S) = {(L, S)}, (B, L, S) = {(B, L, S)} or (B, H, L, S)")
+    per_batch = isinstance(attn_mask, Tensor) and attn_mask.dim() == 3
+    mask(where, "mask", attn_mask, (B, L, S) if per_batch else (B, H, L, S), dtype,
+         "(B, L, S)" if per_batch else f"(L, S) = {(L, S)}, (B, L, S) = {(B, L, S)} or (B, H, L, S)")
     flag(where, "is_causal", is_causal)
     weights_request(where, module.backend, need_weights, average)
-
-
-def context_length(where, cache, new, max_len):
-    """The positions cached so far and the ``new`` ones fit in ``max_len`` (None: no limit)."""
-    past = 0 if cache is None else len(cache)
-    that(max_len is None or past + new <= max_len, where,
-         lambda: f"{past} cached + {new} new = {past + new} positions exceed `max_len`={max_len}")
 
 
 def weights_request(where, backend, need_weights, average_attn_weights):
     """``need_weights`` and ``average_attn_weights`` are flags, and the weights exist on this backend."""
     flags(where, need_weights=need_weights, average_attn_weights=average_attn_weights)
-    that(not (need_weights and backend == "sdpa"), where, "need_weights=True, but backend='sdpa' never forms the "
-         "weights (the fused kernel does not return them); use backend='math' to get them")
+    that(backend == "math" or not need_weights, where, "need_weights=True needs backend='math' (sdpa forms no weights)")
 
 
 def cache_append(where, cache, k, v):
@@ -295,12 +272,9 @@ def token_ids(where, name, value, vocab_size):
          f"outside the vocabulary of vocab_size={vocab_size} (ids 0..{vocab_size - 1})")
 
 
-
 def rotary_inputs(where, x, positions, base):
     """x (..., L, D) floating with D even, positions (L,) integers, base > 1."""
     tensor(where, "x", x, floating=True, min_ndim=2)
-    that(x.shape[-1] % 2 == 0, where, lambda: f"`x` must have an even width D (pairs of coordinates turn "
-         f"together); got shape {tuple(x.shape)}")
-    tensor(where, "positions", positions, letters="L", dtype=(torch.int64, torch.int32),
-           sizes=[(0, x.shape[-2], "L (one position per row of x)")])
+    that(x.shape[-1] % 2 == 0, where, lambda: f"`x` must have an even width D (pairs); got {tuple(x.shape)}")
+    tensor(where, "positions", positions, "L", dtype=(torch.int64, torch.int32), sizes=[(0, x.shape[-2], "L")])
     number(where, "base", base, "a number > 1", lambda b: b > 1)

@@ -135,12 +135,7 @@ class TransformerBlock(nn.Module):
             -> (B, L, E), weights (B, H, L, S) or None
         """
         where = f"{type(self).__name__}.forward"
-        check.that(
-            key_mask is None or not self.causal, where,
-            "`key_mask` is for causal=False (a causal block never "
-            "sees the padding at the end of a sequence)")
-        check.that(cache is None or self.causal, where,
-                   "`cache` needs a causal block; got causal=False")
+        check.block_call(where, self.causal, key_mask, cache)
         if self.norm_first:  # pre-norm: x + dropout(f(LayerNorm(x)))
             h, weights = self._self_attention(
                 self.norm1(x), key_mask, cache, need_weights

@@ -156,12 +156,21 @@ def fused_attention(
         q (..., L, D), k (..., S, D), v (..., S, Dv), mask (..., L, S), key_mask (B, S) -> (..., L, Dv)
     """
     check.attention_call("fused_attention", q, k, v, mask, key_mask, is_causal, scale, dropout_p)
+    return _fused_attention(q, k, v, mask, key_mask=key_mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p)
+
+
+def _fused_attention(q, k, v, mask=None, *, key_mask=None, is_causal=False, scale=None, dropout_p=0.0,
+                     enable_gqa=False):
+    """:func:`fused_attention` for callers that have checked its inputs (the multi-head modules,
+    whose key/value heads may be fewer than their query heads: ``enable_gqa``)."""
     L, S = q.shape[-2], k.shape[-2]
     if mask is None and key_mask is None and (not is_causal or L == S):  # SDPA's top-left causal mask is ours
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                                              enable_gqa=enable_gqa)
     allowed = build_mask(L, S, mask=mask, key_mask=key_mask, is_causal=is_causal,
                          ndim=max(q.dim(), k.dim(), v.dim()), device=q.device)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale,
+                                          enable_gqa=enable_gqa)
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:

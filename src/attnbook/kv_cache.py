@@ -67,8 +67,7 @@ class KVCache:
         device: torch.device | str | None = None,
     ) -> None:
         check.positive_ints("KVCache", batch_size=batch_size, num_heads=num_heads, max_len=max_len, head_dim=head_dim)
-        if window is not None:
-            check.positive_int("KVCache", "window", window)
+        check.positive_int("KVCache", "window", window, optional=True)
         check.floating_dtype("KVCache", "dtype", dtype)
         check.device("KVCache", "device", device)
         self.batch_size, self.num_heads, self.max_len, self.head_dim = batch_size, num_heads, max_len, head_dim

@@ -78,8 +78,7 @@ def causal_mask(
     S = L if S is None else S
     check.nonnegative_ints("causal_mask", L=L, S=S)
     check.device("causal_mask", "device", device)
-    if window is not None:
-        check.positive_int("causal_mask", "window", window)
+    check.positive_int("causal_mask", "window", window, optional=True)
     rows, cols = rows or slice(0, L), cols or slice(0, S)
     i = torch.arange(L, device=device)[rows, None] + (S - L)  # (L, 1): each query's place among the keys
     j = torch.arange(S, device=device)[None, cols]  # (1, S)

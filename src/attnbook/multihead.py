@@ -5,10 +5,8 @@ Both modules compute the same four steps:
 1. project the inputs to queries, keys and values (``q_proj``, ``k_proj``, ``v_proj``) and
    :func:`~attnbook.functional.split_heads`;
 2. attend in every head, through one of two backends side by side (:meth:`_MultiHead._attend`):
-
-   * ``"math"``, the readable path, :func:`attnbook.functional.attention` (it can return the weights);
-   * ``"sdpa"``, the fused path, :func:`attnbook.functional.fused_attention`, which calls
-     ``torch.nn.functional.scaled_dot_product_attention`` (fused kernels, no weights);
+   ``"math"``, the readable path, :func:`attnbook.functional.attention` (it can return the weights),
+   or ``"sdpa"``, the fused path, :func:`attnbook.functional.fused_attention` (PyTorch's kernels);
 3. :func:`~attnbook.functional.merge_heads`;
 4. the output projection ``out_proj``.
 
@@ -33,14 +31,16 @@ keys and False on padding; PyTorch's ``key_padding_mask`` means the opposite.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook import _checks as check
-from attnbook.functional import attention, fused_attention, merge_heads, split_heads
+from attnbook.functional import _fused_attention, attention, merge_heads, split_heads
 from attnbook.kv_cache import KVCache
-from attnbook.masks import build_mask, causal_mask
+from attnbook.masks import causal_mask
 from attnbook.positions import apply_rotary
 
 __all__ = ["MultiHeadAttention", "CausalSelfAttention", "split_heads", "merge_heads"]
@@ -64,8 +64,7 @@ class _MultiHead(nn.Module):
         check.heads(where, "embed_dim", embed_dim, num_heads)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         check.that(check.positive_int(where, "num_kv_heads", num_kv_heads) and num_heads % num_kv_heads == 0, where,
-                   lambda: f"`num_kv_heads`={num_kv_heads} must divide num_heads={num_heads} (each key/value head "
-                   f"serves num_heads / num_kv_heads query heads)")
+                   lambda: f"`num_kv_heads`={num_kv_heads} must divide num_heads={num_heads}")
         check.flags(where, bias=bias)
         check.probability(where, "dropout", dropout)
         check.one_of(where, "backend", backend, BACKENDS)
@@ -112,9 +111,7 @@ class _MultiHead(nn.Module):
         With fewer key/value heads than query heads (H_kv < H,
         grouped-query attention), key/value head g serves the
         H / H_kv consecutive query heads from g·H/H_kv on, as
-        Hugging Face's ``repeat_kv`` has it: the readable path
-        repeats each head that many times; the fused kernel
-        shares them (``enable_gqa``).
+        Hugging Face's ``repeat_kv`` has it.
 
         Shapes:
             q (B, H, L, D), k and v (B, H_kv, S, D),
@@ -126,22 +123,14 @@ class _MultiHead(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         # H / H_kv query heads per key/value head
         groups = q.shape[1] // k.shape[1]
-        if self.backend == "sdpa" and groups > 1:
-            # the fused path, each key/value head shared by its
-            # query heads inside the kernel
-            allowed = build_mask(
-                q.shape[2], k.shape[2], mask=mask, key_mask=key_mask,
-                is_causal=is_causal, ndim=4, device=q.device)
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=allowed, dropout_p=dropout_p,
-                enable_gqa=True)
-            weights = None
-        elif self.backend == "sdpa":
+        if self.backend == "sdpa":
             # the fused path: PyTorch's kernels, which never form
-            # the weights
-            out = fused_attention(
+            # the weights and share each key/value head inside
+            # (fused_attention, its inputs checked by forward)
+            out = _fused_attention(
                 q, k, v, mask, key_mask=key_mask,
                 is_causal=is_causal, dropout_p=dropout_p,
+                enable_gqa=groups > 1,
             )
             weights = None
         else:
@@ -258,7 +247,7 @@ class MultiHeadAttention(_MultiHead):
         where = "MultiHeadAttention.from_torch"
         check.instance(where, "module", module, nn.MultiheadAttention, "a torch.nn.MultiheadAttention")
         check.that(module.bias_k is None and not module.add_zero_attn, where,
-                   "`module` uses add_bias_kv or add_zero_attn, which this module does not have")
+                   "`module` uses add_bias_kv or add_zero_attn, which this module lacks")
         w = module.out_proj.weight
         new = cls(module.embed_dim, module.num_heads, kdim=module.kdim, vdim=module.vdim, dropout=module.dropout,
                   bias=module.in_proj_bias is not None, backend=backend, device=w.device, dtype=w.dtype)
@@ -356,14 +345,12 @@ class CausalSelfAttention(_MultiHead):
     ) -> None:
         where = "CausalSelfAttention"
         super().__init__(where, embed_dim, num_heads, None, None, bias, dropout, backend, device, dtype, num_kv_heads)
-        if max_len is not None:
-            check.positive_int(where, "max_len", max_len)
+        check.positive_int(where, "max_len", max_len, optional=True)
         check.flag(where, "rotary", rotary)
         check.that(not rotary or self.head_dim % 2 == 0, where, lambda: f"rotary=True needs an even per-head width "
                    f"D = embed_dim / num_heads (pairs of coordinates turn together); got D={self.head_dim}")
         check.number(where, "rotary_base", rotary_base, "a number > 1", lambda b: b > 1)
-        if window is not None:
-            check.positive_int(where, "window", window)
+        check.positive_int(where, "window", window, optional=True)
         self.max_len, self.rotary, self.rotary_base, self.window = max_len, rotary, float(rotary_base), window
 
     def extra_repr(self) -> str:
@@ -396,18 +383,16 @@ class CausalSelfAttention(_MultiHead):
             x (B, L, E) -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None
         """
         where = "CausalSelfAttention.forward"
-        check.tensor(where, "x", x, letters="B, L, E", dtype=self.out_proj.weight.dtype,
-                     sizes=[(-1, self.embed_dim, "E")])
+        check.tensor(where, "x", x, "B, L, E", dtype=self.out_proj.weight.dtype, sizes=[(-1, self.embed_dim, "E")])
         check.instance(where, "cache", cache, (KVCache, type(None)), "an attnbook.kv_cache.KVCache or None")
-        check.that(cache is None or cache.num_heads == self.num_kv_heads, where, lambda: f"`cache` was made for "
-                   f"num_heads={cache.num_heads} key/value heads; this module has num_kv_heads={self.num_kv_heads} "
-                   f"(make the cache with new_cache)")
-        check.that(cache is None or cache.window is None or self.window is not None and cache.window >= self.window,
-                   where, lambda: f"`cache` keeps only the last window={cache.window} positions, but this module's "
-                   f"queries see window={self.window} (None: all) of them (make the cache with new_cache)")
-        check.context_length(where, cache, x.shape[1], self.max_len)
-        check.weights_request(where, self.backend, need_weights, average_attn_weights)
+        check.that(cache is None or cache.num_heads == self.num_kv_heads, where, lambda: f"`cache` holds "
+                   f"num_heads={cache.num_heads} heads, not num_kv_heads={self.num_kv_heads} (make it with new_cache)")
+        check.that(cache is None or (cache.window or math.inf) >= (self.window or math.inf), where, lambda: f"`cache` "
+                   f"keeps window={cache.window} positions; queries see window={self.window} (make it with new_cache)")
         L, past = x.shape[1], 0 if cache is None else len(cache)  # past: the position of the first new token
+        check.that(self.max_len is None or past + L <= self.max_len, where,
+                   lambda: f"{past} cached + {L} new = {past + L} positions exceed `max_len`={self.max_len}")
+        check.weights_request(where, self.backend, need_weights, average_attn_weights)
         q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, L, D)
         k = split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
         v = split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
@@ -438,9 +423,8 @@ class CausalSelfAttention(_MultiHead):
         """
         where = "CausalSelfAttention.from_llama"
         parts = ("q_proj", "k_proj", "v_proj", "o_proj")
-        check.that(isinstance(layer, nn.Module) and all(isinstance(getattr(layer, p, None), nn.Linear) for p in parts)
-                   and hasattr(layer, "config"), where, lambda: f"`layer` must be a Hugging Face attention layer "
-                   f"with q_proj, k_proj, v_proj and o_proj (LlamaAttention); got {check.described(layer)}", TypeError)
+        check.that(all(isinstance(getattr(layer, p, None), nn.Linear) for p in parts) and hasattr(layer, "config"),
+                   where, lambda: f"`layer` must be a LlamaAttention; got {check.described(layer)}", TypeError)
         config = layer.config
         rope = getattr(config, "rope_parameters", None) or {"rope_type": "default", "rope_theta": config.rope_theta}
         check.that(rope.get("rope_type", "default") == "default", where, lambda: f"`layer` uses the rotary scaling "

@@ -7,7 +7,9 @@ notebook cell asserts it and prints it (``print(description)``), so nbval checks
 through its text, and ``description.alt_text()`` is the figure's alt text, made from the same
 record as the picture. Each is laid out on the page's column, :data:`attnbook_tools.plots.COLUMN_INCHES`
 wide, and one whose text would be smaller than 8 pt, overlap or run off the figure is refused
-(:func:`legibility_problems`, the check every stored figure passes).
+(:func:`legibility_problems`, the check every stored figure passes), as is one whose smallest text
+would be under 8 CSS pixels on a phone, where the column is 342 pixels wide, or whose free labels
+run over a box or a grid.
 
 * :func:`draw_encoder_decoder`: chapter 2's GRU encoder-decoder at one decoding step.
 * :func:`draw_transformer_encoder_decoder`: chapter 8c's Transformer encoder-decoder on one batch.
