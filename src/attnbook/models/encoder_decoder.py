@@ -31,6 +31,14 @@ from attnbook.tasks import dates
 __all__ = ["Attentions", "EncoderDecoder", "next_token"]
 
 
+def _check_sampling(where, logits, temperature, top_k):
+    """Logits (B, V) to choose from, a finite ``temperature`` >= 0 and ``top_k`` None or in 1..V."""
+    check.tensor(where, "logits", logits, "B, V", floating=True)
+    check.number(where, "temperature", temperature, "a finite number >= 0", lambda t: 0 <= t < math.inf)
+    check.that(top_k is None or type(top_k) is int and 1 <= top_k <= logits.shape[-1], where,
+               lambda: f"`top_k` must be None or an int in 1..{logits.shape[-1]} (the vocabulary size); got {top_k!r}")
+
+
 def next_token(
     logits: Tensor,
     *,
@@ -49,11 +57,7 @@ def next_token(
     Shapes:
         logits (B, V) -> tokens (B,)
     """
-    where = "next_token"
-    check.tensor(where, "logits", logits, "B, V", floating=True)
-    check.number(where, "temperature", temperature, "a finite number >= 0", lambda t: 0 <= t < math.inf)
-    check.that(top_k is None or type(top_k) is int and 1 <= top_k <= logits.shape[-1], where,
-               lambda: f"`top_k` must be None or an int in 1..{logits.shape[-1]} (the vocabulary size); got {top_k!r}")
+    _check_sampling("next_token", logits, temperature, top_k)
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,)
     if top_k is not None:  # the k-th largest logit of each row
