@@ -75,7 +75,7 @@ TAUGHT_IN = {
     "MultiHeadAttention": "chapters/08_multi_head_attention",
     "split_heads": "chapters/08_multi_head_attention",
     "merge_heads": "chapters/08_multi_head_attention",
-    "CausalSelfAttention": "chapters/08_multi_head_attention",
+    "CausalSelfAttention": "chapters/08_multi_head_attention",  # num_kv_heads and window: chapter 11
     # attnbook.models.transformer
     "TinyTransformer": "chapters/08_multi_head_attention",
     "TransformerBlock": "chapters/08_multi_head_attention",
