@@ -18,7 +18,7 @@ from torch import nn  # noqa: E402
 
 from attnbook_tools import diagrams  # noqa: E402
 from attnbook_tools.diagrams import (  # noqa: E402
-    block_flow, decoding_steps, draw_block, draw_encoder_decoder, draw_heads, draw_kv_cache,
+    block_flow, decoding_steps, draw_block, draw_bottleneck, draw_encoder_decoder, draw_heads, draw_kv_cache,
     draw_online_softmax, draw_qkv, draw_transformer_encoder_decoder, head_columns, legibility_problems,
     online_softmax_states,
 )
@@ -29,6 +29,7 @@ from attnbook.multihead import CausalSelfAttention, MultiHeadAttention  # noqa: 
 from attnbook_tools.plots import (  # noqa: E402
     COLUMN_INCHES, FIGURE_DPI, PAGE_FIGURE_WIDTH_PX, PNG_PAD_INCHES, figure_report, png_bytes, png_size,
 )
+from attnbook_tools.plots.legibility import MIN_PHONE_TEXT_PX, PHONE_FIGURE_WIDTH_PX, shown_text_px  # noqa: E402
 from attnbook.models.builder import build_model  # noqa: E402
 from attnbook.block import TransformerBlock  # noqa: E402
 from attnbook_tools.ablations import AblationBlock  # noqa: E402
@@ -45,8 +46,11 @@ def _close_figures():
 
 
 def check_figure(fig, description):
-    """What every diagram must satisfy: legible, and alt text that names every shape drawn."""
+    """What every diagram must satisfy: legible on the page and on a phone, and alt text that names
+    every shape drawn."""
     assert legibility_problems(fig) == []
+    report = figure_report(fig)
+    assert shown_text_px(report, min(PHONE_FIGURE_WIDTH_PX, report["png_px"][0])) >= MIN_PHONE_TEXT_PX, report
     alt = description.alt_text()
     assert "\n" not in alt and alt.startswith(f"Diagram: {description.title}.")
     for box in description.boxes.values():
@@ -241,6 +245,47 @@ def test_encoder_decoder_refuses_what_it_cannot_draw(raises_naming):
         draw_encoder_decoder(build_model("dot", hidden_dim=8), [3] * 13)
 
 
+@pytest.mark.parametrize("hidden_dim", [16, 32])
+def test_bottleneck_shows_the_one_final_state_and_greedy_decoding(hidden_dim):
+    torch.manual_seed(0)
+    model = build_model("none", hidden_dim=hidden_dim).eval()
+    source = [3, 5, 7, 9, 11]
+    tokens, weights = model.greedy_decode(torch.tensor([source]), torch.tensor([5]))
+    fig, d = draw_bottleneck(model, source)
+    assert weights is None
+    L = tokens.shape[1]
+    assert d.boxes["encoder_states"].shape == (1, 5, hidden_dim)
+    assert d.boxes["bottleneck"].shape == (1, hidden_dim)
+    assert d.boxes["bottleneck"].label == f"h_5: {hidden_dim} numbers for the whole source"
+    assert d.boxes["decoder_states"].shape == (1, L, hidden_dim)
+    assert d.boxes["output"].shape == (1, L)
+    from attnbook.tasks.reversal import to_symbols
+    assert d.facts["output"] == " ".join(to_symbols(tokens[0].tolist()))
+    assert d.facts["source"] == " ".join(to_symbols(source))
+    assert d.facts["bottleneck width"] == hidden_dim
+    # the one arrow from the encoder leaves its final state, the one arrow into the decoder leaves the bottleneck
+    assert [(a.start, a.end) for a in d.arrows if a.end == "bottleneck"] == [("encoder_states", "bottleneck")]
+    assert [a.start for a in d.arrows if a.end == "decoder_states"] == ["bottleneck", "output"]
+    check_figure(fig, d)
+
+
+def test_bottleneck_is_legible_on_a_phone_at_its_widest():
+    """Six source tokens and seven written ones, the most it draws: still 8 CSS px on a phone."""
+    torch.manual_seed(1)
+    model = build_model("none", hidden_dim=8).eval()
+    fig, d = draw_bottleneck(model, [3, 4, 5, 6, 7, 8], symbols=lambda ids: ["<eos>"] * len(ids))
+    assert d.boxes["source"].shape == (1, 6)
+    assert d.boxes["output"].shape == (1, 7)
+    check_figure(fig, d)  # on the page and on a phone
+
+
+def test_bottleneck_refuses_what_it_cannot_draw(raises_naming):
+    with raises_naming(TypeError, "`model`", "with attention"):
+        draw_bottleneck(build_model("dot", hidden_dim=8), [3, 4])
+    with raises_naming(ValueError, "`source`", "7"):
+        draw_bottleneck(build_model(None, hidden_dim=8), [3] * 7)
+
+
 # ----------------------------------------------------------------------------- the block
 class PostNormBlock(nn.Module):
     """x -> norm(x + attn(x)) -> norm(. + mlp(.)): the norms sit on the stream."""
@@ -373,6 +418,19 @@ def test_legibility_problems_finds_small_overlapping_and_clipped_text():
     wide, _ = plt.subplots(figsize=(2 * COLUMN_INCHES, 2))  # shown at under half its size on the page
     wide.axes[0].set_title("a title at 12 pt", fontsize=12)
     assert any("title 'a title at 12 pt' is" in p and "under 8 pt" in p for p in legibility_problems(wide))
+
+
+def test_a_canvas_refuses_text_over_a_box_and_text_too_small_for_a_phone():
+    from attnbook_tools.diagrams.canvas import Canvas
+    canvas = Canvas("a test", "A title", 2.0)
+    canvas.box("a", "a box", (1.0, 1.0), (1.0, 0.5), show_shape=False)
+    canvas.text(1.85, 1.0, "over the box")  # a free label written across the box's edge
+    with pytest.raises(ValueError, match="'over the box' overlaps"):
+        canvas.finish("a box and a label on it")
+    canvas = Canvas("a test", "A title", 2.0)
+    canvas.text(3.0, 1.0, "small", size=8)  # 8 pt in a 608-pixel PNG: 6.25 px on a phone
+    with pytest.raises(ValueError, match="'small' is 6.2 CSS px on a phone"):
+        canvas.finish("a small label")
 
 
 def test_a_diagram_is_as_wide_as_the_page_shows_it():

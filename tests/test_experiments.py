@@ -11,12 +11,13 @@ import torch
 
 from attnbook.tasks.reversal import EOS, encode
 from attnbook_tools.experiments import (
-    DATA_DIR, RESULTS_FILE, checkpoint_path, load_checkpoint, load_results, run, save_checkpoint,
+    DATA_DIR, RESULTS_FILE, checkpoint_path, load_checkpoint, load_results, results_name, run, save_checkpoint,
     train_one,
 )
+from attnbook_tools.datafiles import DataFileError
 from attnbook.models.builder import SCORE_NAMES
 
-SHIPPED = sorted(DATA_DIR.glob("seq2seq_*_seed*.pt"))
+SHIPPED = sorted(DATA_DIR.glob("seq2seq_*_seed*.pt"))  # the book's width; a wider run ships its results only
 
 
 def test_data_directory_is_small():
@@ -73,15 +74,43 @@ def test_retrain_with_same_seed_reproduces_shipped_first_losses(score):
 
 def test_run_writes_checkpoints_and_results(tmp_path):
     results = run(scores=["none", "dot"], seeds=[5], steps=2, hidden_dim=8, out=tmp_path, progress=False)
-    saved = json.loads((tmp_path / RESULTS_FILE).read_text())
+    saved = json.loads((tmp_path / "seq2seq_h8_results.json").read_text())
     assert set(saved["runs"]) == {"none/seed5", "dot/seed5"} == set(results["runs"])
     run_info = saved["runs"]["dot/seed5"]
     assert run_info["evaluation"]["lengths"] == list(range(4, 25))
-    model, config = load_checkpoint(checkpoint_path("dot", 5, tmp_path))
+    path = checkpoint_path("dot", 5, tmp_path, hidden_dim=8)
+    assert path.name == "seq2seq_dot_h8_seed5.pt"
+    model, config = load_checkpoint(path)
     assert config == {"score": "dot", "hidden_dim": 8, "seed": 5, "steps": 2}
     # a second run for another seed keeps the first one's results
     run(scores=["none"], seeds=[6], steps=1, hidden_dim=8, out=tmp_path, progress=False)
-    assert set(load_results(tmp_path)["runs"]) == {"none/seed5", "dot/seed5", "none/seed6"}
+    assert set(load_results(tmp_path, hidden_dim=8)["runs"]) == {"none/seed5", "dot/seed5", "none/seed6"}
+
+
+def test_a_run_at_another_width_keeps_its_own_files(tmp_path):
+    """A wider run never overwrites the book's runs: its results and checkpoints are named by its width."""
+    run(scores=["none"], seeds=[0], steps=1, hidden_dim=4, out=tmp_path, progress=False, checkpoints=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "seq2seq_h4_results.json"]
+    assert results_name() == RESULTS_FILE and results_name(4) == "seq2seq_h4_results.json"
+    assert checkpoint_path("none", 0, tmp_path).name == "seq2seq_none_seed0.pt"
+    assert load_results(tmp_path, hidden_dim=4)["setup"]["hidden_dim"] == 4
+    with pytest.raises(FileNotFoundError, match="--hidden-dim 5"):
+        load_results(tmp_path, hidden_dim=5)
+    # a results file under another width's name is refused
+    (tmp_path / "seq2seq_h4_results.json").rename(tmp_path / "seq2seq_h5_results.json")
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["files"]["seq2seq_h5_results.json"] = manifest["files"].pop("seq2seq_h4_results.json")
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataFileError, match="hidden_dim=4; expected 5"):
+        load_results(tmp_path, hidden_dim=5)
+
+
+def test_a_checkpoint_named_for_one_width_holding_another_is_refused(tmp_path):
+    model, _ = train_one("none", seed=0, steps=1, hidden_dim=8, progress=False)
+    path = tmp_path / "seq2seq_none_h16_seed0.pt"
+    save_checkpoint(model, path, "none", 8, 0, 1)
+    with pytest.raises(DataFileError, match="hidden_dim=16"):
+        load_checkpoint(path)
 
 
 def test_save_and_load_round_trip(tmp_path):

@@ -429,7 +429,8 @@ GOOD = {
     "helga_length": None,  # measured: _Lazy computes it
     "padded_weights": lambda lengths, S: ((len(lengths), S), [1.0 if n else 0.0 for n in lengths]),
     "scaled_dot_scores": good_scaled_scores,
-    "score_variance": lambda E: (E, 1),
+    "score_variance_scale": lambda D, vq, vk: (D * vq * vk, 1 / math.sqrt(D * vq * vk)),
+    "softmax_temperature": lambda scores, t: torch.softmax(scores / t, dim=-1),
     "attention_entropy": good_entropy,
     "bilinear_score": good_bilinear,
     "bilinear_equals_dot": lambda D: torch.eye(D) / math.sqrt(D),
@@ -587,12 +588,16 @@ MISTAKES = [
     ("scaled_dot_product_attention", sdpa_with(dim=-2), "no_mask", "dimension 1"),
     ("scaled_dot_product_attention", sdpa_with(transpose="T"), "no_mask", "LAST TWO axes"),
     ("scaled_dot_product_attention", sdpa_with(transpose="01"), "heads", "LAST TWO axes"),
-    ("scaled_dot_product_attention", sdpa_with(after=True), "mask", "mask after the softmax"),
-    ("scaled_dot_product_attention", sdpa_with(polarity=False), "mask", "polarity is inverted"),
-    ("scaled_dot_product_attention", sdpa_with(fill=NEG_INF), "fully_masked", "NaN"),
-    ("scaled_dot_product_attention", sdpa_with(fill=-1e9), "fp16", "does not fit in float16"),
-    ("scaled_dot_product_attention", sdpa_with(fill=-1e9), "fully_masked", "uniform weights"),
-    ("scaled_dot_product_attention", sdpa_with(return_weights=True), "mask", "return only the output"),
+    ("scaled_dot_product_attention", sdpa_with(return_weights=True), "heads", "return only the output"),
+    ("softmax_temperature", lambda s, t: torch.softmax(s * t, -1), "temperature", "divide by it"),
+    ("softmax_temperature", lambda s, t: torch.softmax(s, -1) ** (1 / t), "temperature", "normalise again"),
+    ("softmax_temperature", lambda s, t: torch.softmax(s, -1), "temperature", "ignored the temperature"),
+    ("softmax_temperature", lambda s, t: torch.softmax(s / t, 0), "values", "dimension 0"),
+    ("softmax_temperature", lambda s, t: torch.exp(s / t) / torch.exp(s / t).sum(-1, keepdim=True),
+     "large_scores", "subtract each row's own maximum"),
+    ("softmax_temperature", lambda s, t: (lambda e: e / e.sum(-1, keepdim=True))(torch.exp((s - s.max()) / t)),
+     "large_scores", "subtract each row's own maximum"),
+    ("softmax_temperature", lambda s, t: torch.softmax(s.double() / t, -1), "values", "dtype"),
     ("weights_shape", lambda B, H, L, S, D, Dv: ((B, H, S, L), (B, H, L, Dv)), "weights", "rows are queries"),
     ("weights_shape", lambda B, H, L, S, D, Dv: ((B, L, S), (B, L, Dv)), "weights", "forgot the heads"),
     ("weights_shape", lambda B, H, L, S, D, Dv: ((B, H, L, S), (B, H, L, D)), "output", "width is Dv"),
@@ -687,8 +692,12 @@ MISTAKES = [
     ("scaled_dot_scores", lambda q, k: q @ k.transpose(-2, -1) / q.shape[-1], "values", "divided the scores by D"),
     ("scaled_dot_scores", lambda q, k: q @ k.transpose(0, 1) / math.sqrt(q.shape[-1]), "heads", "LAST TWO"),
     ("scaled_dot_scores", lambda q, k: q @ k.T / math.sqrt(q.shape[-1]), "values", "transpose(-2, -1)"),
-    ("score_variance", lambda E: (math.sqrt(E), 1), "unscaled", "standard deviation"),
-    ("score_variance", lambda E: (E, 1 / math.sqrt(E)), "scaled", "(√D)² = D"),
+    ("score_variance_scale", lambda D, vq, vk: (math.sqrt(D * vq * vk), 1), "variance", "standard deviation"),
+    ("score_variance_scale", lambda D, vq, vk: (D * (vq + vk), 1), "variance", "multiply, they do not add"),
+    ("score_variance_scale", lambda D, vq, vk: (D * vq * vk, 1 / math.sqrt(D)), "scale", "right only when"),
+    ("score_variance_scale", lambda D, vq, vk: (D * vq * vk, 1 / (D * vq * vk)), "scale", "c²"),
+    ("score_variance_scale", lambda D, vq, vk: (D * vq * vk, 1 / (math.sqrt(D) * vq * vk)), "scale",
+     "square root too"),
     ("attention_entropy", lambda q, k, scale: good_entropy(q, k, scale) / math.log(2), "scaled", "in bits"),
     ("attention_entropy", lambda q, k, scale: -good_entropy(q, k, scale), "scaled", "minus sign"),
     ("attention_entropy", lambda q, k, scale: good_entropy(q, k, scale, total=lambda h: h.sum()), "scaled",
@@ -1138,8 +1147,8 @@ def test_feedback_writes_the_scale_as_the_notation_page_does():
     texts = [v for k, v in vars(mistakes).items() if k.startswith("M_")]
     feedback = check("scaled_dot_scores", lambda q, k: q @ k.transpose(-2, -1) / q.shape[-1])
     texts += feedback.messages + [ch03_scaled_dot_product.SCALED_SCORES.contract,
-                                  ch03_scaled_dot_product.SCORE_VARIANCE.contract]
-    texts += check("score_variance", lambda D: (math.sqrt(D), 1 / math.sqrt(D))).messages
+                                  ch03_scaled_dot_product.SCORE_VARIANCE_SCALE.contract]
+    texts += check("score_variance_scale", lambda D, vq, vk: (math.sqrt(D), 1 / math.sqrt(D))).messages
     texts += check("scaled_dot_product_attention", sdpa_with(scale="d")).messages
     assert not [t for t in texts if "√E" in t or "sqrt(E)" in t], texts
     assert any("√D" in t for t in texts)

@@ -76,10 +76,11 @@ TAUGHT_IN = {
     "split_heads": "chapters/08_multi_head_attention",
     "merge_heads": "chapters/08_multi_head_attention",
     "CausalSelfAttention": "chapters/08_multi_head_attention",  # num_kv_heads and window: chapter 11
-    # attnbook.models.transformer
-    "TinyTransformer": "chapters/08_multi_head_attention",
-    "TransformerBlock": "chapters/08_multi_head_attention",
-    # attnbook.block: the block's parts are the subject of chapter 8b, cross-attention of 8c
+    # attnbook.block, attnbook.models.transformer: the block's parts (layer norm, the MLP, the
+    # residual path) are the subject of chapter 8b, which builds TinyTransformer from them; chapter 8
+    # trains a model of attention alone and uses none of them. Cross-attention is chapter 8c's.
+    "TinyTransformer": "chapters/08b_transformer_block",
+    "TransformerBlock": "chapters/08b_transformer_block",
     "DecoderBlock": "chapters/08c_cross_attention",
     "repeat_batch": "chapters/08_multi_head_attention",
     "repeat_loss": "chapters/08_multi_head_attention",
@@ -91,6 +92,30 @@ TAUGHT_IN = {
     "TILE_SCORES": "chapters/09_attention_at_scale",
     "KVCache": "chapters/09_attention_at_scale",
 }
+
+# The block's other parts are not names of the library: PyTorch's layer normalisation and GELU (the
+# MLP's), and the tooling that builds or draws whole blocks. Chapter 8b teaches them; before it, a
+# chapter's code may not use them, under any import or attribute (chapter 8's model is attention
+# alone), unless the cell's metadata allows "order:<name>" with a reason.
+BLOCK_PARTS_TAUGHT_IN = {
+    name: "chapters/08b_transformer_block"
+    for name in ("LayerNorm", "layer_norm", "RMSNorm", "rms_norm", "GELU", "gelu",
+                 "draw_block", "ablation_model", "AblationBlock")
+}
+
+
+def block_parts_used(tree: ast.AST) -> set[str]:
+    """The names of :data:`BLOCK_PARTS_TAUGHT_IN` that the code uses: imported (``from torch.nn import
+    LayerNorm``), as an attribute (``nn.LayerNorm``, ``F.gelu``) or as a bare name."""
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            used |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.Attribute):
+            used.add(node.attr)
+        elif isinstance(node, ast.Name):
+            used.add(node.id)
+    return used & set(BLOCK_PARTS_TAUGHT_IN)
 
 
 def _modules():
@@ -168,6 +193,10 @@ def order_violations(entry: str, nb) -> dict[str, str]:
                 found[name] = f"cell {index} uses {module}.{name}, which no chapter teaches"
             elif position.get(where, -1) > position[entry]:
                 found[name] = f"cell {index} uses {name}, taught later in {where}"
+        for name in block_parts_used(parse_cell(cell)):
+            where = BLOCK_PARTS_TAUGHT_IN[name]
+            if position[where] > position[entry] and not allowed(cell, f"order:{name}"):
+                found[name] = f"cell {index} uses {name}, a part of the block taught later in {where}"
     return found
 
 
@@ -265,3 +294,24 @@ def test_order_violations_on_a_small_notebook():
     found = order_violations(first, nb)
     assert set(found) == {"KVCache", "evaluate_repeat"}
     assert "taught later" in found["KVCache"] and "no chapter teaches" in found["evaluate_repeat"]
+
+
+def test_block_parts_are_not_used_before_chapter_8b():
+    """Layer norm, GELU and the block-building tools count as used in every form, and only chapter
+    8b and later may use them (chapter 8 trains attention alone)."""
+    import nbformat
+
+    v4 = nbformat.v4
+    chapter8 = next(e for e in ENTRIES if e.endswith("08_multi_head_attention"))
+    block_chapter = next(e for e in ENTRIES if e.endswith("08b_transformer_block"))
+    cells = [
+        v4.new_code_cell("from torch import nn\nnorm = nn.LayerNorm(8)"),
+        v4.new_code_cell("import torch.nn.functional as F\ny = F.gelu(x)"),
+        v4.new_code_cell("from attnbook_tools.diagrams import draw_block"),
+        v4.new_code_cell("y = torch.nn.functional.layer_norm(x, (8,))",
+                         metadata={"attnbook": {"allow": {"order:layer_norm": "a look ahead, said so"}}}),
+    ]
+    found = order_violations(chapter8, v4.new_notebook(cells=cells))
+    assert set(found) == {"LayerNorm", "gelu", "draw_block"}, found
+    assert "taught later in chapters/08b_transformer_block" in found["LayerNorm"]
+    assert order_violations(block_chapter, v4.new_notebook(cells=cells)) == {}

@@ -19,10 +19,11 @@ Reading map (chapter: module, what it holds)
     7    Masking ........................... masks                  causal_mask, combine_masks, build_mask
     8    Multi-head attention .............. functional, multihead  split_heads, merge_heads,
                                                                     CausalSelfAttention
+                                             tasks.repeat           the repeat task, train_repeat
     8b   The Transformer block ............. block                  TransformerBlock, DecoderBlock
                                              models.transformer     TinyTransformer
-                                             tasks.repeat           the repeat task, train_repeat
-    8c   Cross-attention ................... models.encoder_decoder EncoderDecoder
+    8c   Cross-attention ................... models.encoder_decoder EncoderDecoder, next_token
+                                                                    (greedy, temperature, top-k)
                                              tasks.dates            the dates task
     9    Attention at scale ................ tiled                  tiled_attention, online_softmax_step
                                              kv_cache               KVCache

@@ -270,4 +270,3 @@ def token_ids(where, name, value, vocab_size):
     low, high = (int(value.min()), int(value.max())) if value.numel() else (0, 0)
     that(0 <= low and high < vocab_size, where, lambda: f"`{name}` holds the id {low if low < 0 else high}, "
          f"outside the vocabulary of vocab_size={vocab_size} (ids 0..{vocab_size - 1})")
-

@@ -12,7 +12,10 @@ same batches, initial seed, optimiser and number of steps, differing only in the
 
 * ``mlp``: a two-layer model on a large table: the full block against the block without its MLP;
 * ``depth``: an eight-layer model on a small table: the full (pre-norm) block against the block
-  without the residual path, without normalisation, and with post-norm.
+  without the residual path, without normalisation, and with post-norm;
+* ``warmup``: the ``depth`` experiment's two failing variants again, the same in every respect but
+  one: the learning rate rises linearly from near zero over the first ``warmup`` steps (a warm-up),
+  then stays at the ``depth`` experiment's constant rate.
 
 The variants are :class:`AblationBlock`: the library's :class:`~attnbook.block.TransformerBlock`,
 with the same parts and the same state-dict keys, whose forward can leave a part out. The library's
@@ -152,6 +155,11 @@ EXPERIMENTS = {
         "num_layers": 8, "vocab_size": 16, "embed_dim": 32, "num_heads": 4, "seq_len": 12,
         "steps": 400, "batch_size": 64, "lr": 1e-2,
     },
+    "warmup": {
+        "variants": ("post_norm", "no_residual"),
+        "num_layers": 8, "vocab_size": 16, "embed_dim": 32, "num_heads": 4, "seq_len": 12,
+        "steps": 400, "batch_size": 64, "lr": 1e-2, "warmup": 100,
+    },
 }
 MODEL_KEYS = ("num_layers", "vocab_size", "embed_dim", "num_heads", "seq_len")
 RESULTS_FILE = "block_ablations.json"
@@ -219,21 +227,26 @@ def ablation_model(variant: str, *, num_layers: int, vocab_size: int, embed_dim:
 
 
 def train_lookup(model: nn.Module, table: Tensor, *, steps: int, batch_size: int = 64, seq_len: int = 12,
-                 lr: float = 3e-3, seed: int = 0) -> list[float]:
+                 lr: float = 3e-3, seed: int = 0, warmup: int = 0) -> list[float]:
     """Train ``model`` on lookup batches drawn with ``seed`` (AdamW, gradient clipping 1.0);
-    return the loss of every step.
+    return the loss of every step. With ``warmup`` > 0 the learning rate of step k (from 0) is
+    ``lr * min(1, (k + 1) / warmup)``: it rises linearly to ``lr`` over the first ``warmup`` steps.
 
     Shapes:
         batches tokens (batch_size, seq_len)
     """
+    check.nonnegative_int("train_lookup", "warmup", warmup)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    schedule = None
+    if warmup:
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
 
     def batch_loss() -> Tensor:
         tokens, targets = lookup_batch(batch_size, seq_len, table, generator)  # (B, N), (B, N - 1)
         return lookup_loss(model(tokens), targets)[0]
 
-    return train_steps(model, optimizer, steps, batch_loss)
+    return train_steps(model, optimizer, steps, batch_loss, schedule=schedule)
 
 
 @torch.no_grad()
@@ -332,10 +345,12 @@ def run(experiments: Sequence[str] = tuple(EXPERIMENTS), seeds: Sequence[int] = 
                 model = ablation_model(variant, **model_args)
                 wall, cpu = time.perf_counter(), time.process_time()
                 losses = train_lookup(model, table, steps=setting["steps"], batch_size=setting["batch_size"],
-                                      seq_len=setting["seq_len"], lr=setting["lr"], seed=seed)
+                                      seq_len=setting["seq_len"], lr=setting["lr"], seed=seed,
+                                      warmup=setting.get("warmup", 0))
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                 config = {"experiment": experiment, "variant": variant, "seed": seed, **model_args,
-                          "steps": setting["steps"], "lr": setting["lr"], "batch_size": setting["batch_size"]}
+                          "steps": setting["steps"], "lr": setting["lr"], "batch_size": setting["batch_size"],
+                          "warmup": setting.get("warmup", 0)}
                 if seed in save_seeds:
                     path = checkpoint_path(experiment, variant, seed, out)
                     save_model(model, path, config)  # rounds the model to the saved float16 weights

@@ -14,6 +14,14 @@ state_dict and the configuration, loadable with ``torch.load(..., weights_only=T
 training loss (every 10th step) and its training time, and records the size and SHA-256 digest of
 every file it writes in the folder's ``manifest.json`` (:mod:`attnbook_tools.datafiles`).
 
+A run at another width than the book's 64 writes files of its own, named by the width, so it can
+never overwrite the book's runs: ``--hidden-dim 256`` writes ``seq2seq_h256_results.json`` and
+``seq2seq_<score>_h256_seed<k>.pt``. Chapter 1 asks whether a wider state is all the bottleneck
+model lacks; its answer is read from such a run, shipped without its checkpoint (a 256-wide model
+is ten times the size of a 64-wide one), as written by::
+
+    python -m attnbook_tools.experiments --scores none --seeds 0 --hidden-dim 256 --no-checkpoints --out data
+
 Loading checks everything before it trusts anything: the file's bytes against the manifest (a
 flipped byte, a truncated or empty file, another seed's file under this name), its configuration
 (types, known score, sizes small enough) before a model is built from it, that configuration
@@ -42,9 +50,11 @@ from attnbook.train import evaluate, train
 __all__ = [
     "DATA_DIR",
     "RESULTS_FILE",
+    "HIDDEN_DIM",
     "TEST_PER_LENGTH",
     "TEST_SEED",
     "checkpoint_path",
+    "results_name",
     "train_one",
     "save_checkpoint",
     "load_checkpoint",
@@ -55,22 +65,44 @@ __all__ = [
 ]
 
 RESULTS_FILE = "seq2seq_results.json"
+HIDDEN_DIM = 64  # the book's width; runs at any other width are written to files named by theirs
 TEST_PER_LENGTH = 100
 TEST_SEED = 12345
 MAX_HIDDEN_DIM = 1024  # a checkpoint asking for a wider model is refused before anything is built
 CONFIG_KEYS = ("score", "hidden_dim", "seed", "steps")
-_NAME = re.compile(r"seq2seq_(?P<score>[a-z_]+)_seed(?P<seed>\d+)\.pt")
+_NAME = re.compile(r"seq2seq_(?P<score>[a-z_]+?)(?:_h(?P<hidden_dim>\d+))?_seed(?P<seed>\d+)\.pt")
 
 
-def checkpoint_path(score: str, seed: int, data_dir: str | pathlib.Path = DATA_DIR) -> pathlib.Path:
-    """Where the checkpoint of the model with ``score`` trained with ``seed`` lives.
+def _width_tag(where: str, hidden_dim: int) -> str:
+    """``""`` for the book's width, ``"_h<width>"`` for any other."""
+    check.positive_ints(where, hidden_dim=hidden_dim)
+    return "" if hidden_dim == HIDDEN_DIM else f"_h{hidden_dim}"
+
+
+def results_name(hidden_dim: int = HIDDEN_DIM) -> str:
+    """The results file of the runs at width ``hidden_dim``: ``seq2seq_results.json`` at the book's
+    64, ``seq2seq_h<width>_results.json`` at any other.
+
+    Shapes:
+        no tensors (a file name)
+    """
+    tag = _width_tag("results_name", hidden_dim)
+    return RESULTS_FILE if not tag else f"seq2seq{tag}_results.json"
+
+
+def checkpoint_path(score: str, seed: int, data_dir: str | pathlib.Path = DATA_DIR,
+                    hidden_dim: int = HIDDEN_DIM) -> pathlib.Path:
+    """Where the checkpoint of the model with ``score`` trained with ``seed`` lives
+    (``seq2seq_<score>_seed<k>.pt``, or ``seq2seq_<score>_h<width>_seed<k>.pt`` at another width
+    than the book's 64).
 
     Shapes:
         no tensors (a path)
     """
     check.one_of("checkpoint_path", "score", score, SCORE_NAMES)
     check.nonnegative_int("checkpoint_path", "seed", seed)
-    return pathlib.Path(data_dir) / f"seq2seq_{score}_seed{seed}.pt"
+    tag = _width_tag("checkpoint_path", hidden_dim)
+    return pathlib.Path(data_dir) / f"seq2seq_{score}{tag}_seed{seed}.pt"
 
 
 def train_one(score: str, seed: int = 0, steps: int = 1500, hidden_dim: int = 64,
@@ -132,7 +164,7 @@ def load_checkpoint(path: str | pathlib.Path, *, score: str | None = None,
 
     The file must match its folder's manifest, hold a valid configuration, and be the model it
     is asked for: ``score`` and ``seed`` (by default those in the file's name
-    ``seq2seq_<score>_seed<k>.pt``). Loads with ``weights_only=True``; a model is built only
+    ``seq2seq_<score>_seed<k>.pt``, and the width in ``seq2seq_<score>_h<width>_seed<k>.pt``). Loads with ``weights_only=True``; a model is built only
     after its configuration is validated, and the weights must have the shapes it expects.
 
     Raises:
@@ -149,7 +181,8 @@ def load_checkpoint(path: str | pathlib.Path, *, score: str | None = None,
     expected = {}
     named = _NAME.fullmatch(path.name)
     if named:
-        expected = {"score": named["score"], "seed": int(named["seed"])}
+        expected = {"score": named["score"], "seed": int(named["seed"]),
+                    "hidden_dim": int(named["hidden_dim"] or HIDDEN_DIM)}
     expected.update({k: v for k, v in (("score", score), ("seed", seed)) if v is not None})
     saved = load_checkpoint_file(path, expected)
     config = validate_config(saved["config"], path)
@@ -171,19 +204,26 @@ def _load_weights(model: Seq2Seq, state: dict, path: pathlib.Path) -> None:
     model.load_state_dict(state)
 
 
-def load_results(data_dir: str | pathlib.Path = DATA_DIR) -> dict:
-    """The results JSON written by :func:`run`, checked against the folder's manifest.
+def load_results(data_dir: str | pathlib.Path = DATA_DIR, hidden_dim: int = HIDDEN_DIM) -> dict:
+    """The results JSON written by :func:`run` for the models of width ``hidden_dim``
+    (:func:`results_name`), checked against the folder's manifest.
 
     Shapes:
         no tensors: per-length lists of accuracies, one entry per source length
     """
-    path = pathlib.Path(data_dir) / RESULTS_FILE
+    path = pathlib.Path(data_dir) / results_name(hidden_dim)
     if not path.is_file():
-        raise FileNotFoundError(f"load_results: no results at {str(path)!r}; run `python -m attnbook_tools.experiments`")
+        command = "python -m attnbook_tools.experiments" + (
+            "" if hidden_dim == HIDDEN_DIM else f" --hidden-dim {hidden_dim}")
+        raise FileNotFoundError(f"load_results: no results at {str(path)!r}; run `{command}`")
     results = load_json_file(path)
     runs = results.get("runs")
     if not isinstance(runs, dict):
         raise DataFileError(f"the results file {str(path)!r} has no 'runs'")
+    width = _get(results.get("setup"), "hidden_dim")
+    if width != hidden_dim:
+        raise DataFileError(f"the results file {str(path)!r} holds runs of hidden_dim={width!r}; "
+                            f"expected {hidden_dim}")
     for key, entry in runs.items():
         if not isinstance(entry, dict) or key != f"{entry.get('score')}/seed{entry.get('seed')}":
             raise DataFileError(f"the results file {str(path)!r} labels a run {key!r} that holds "
@@ -196,8 +236,11 @@ def _get(entry: object, key: str) -> object:
 
 
 def run(scores: Sequence[str] = SCORE_NAMES, seeds: Sequence[int] = (0,), steps: int = 1500,
-        hidden_dim: int = 64, out: str | pathlib.Path = DATA_DIR, progress: bool = True) -> dict:
-    """Train every (score, seed) pair, save the checkpoints and the results JSON in ``out``.
+        hidden_dim: int = HIDDEN_DIM, out: str | pathlib.Path = DATA_DIR, progress: bool = True,
+        checkpoints: bool = True) -> dict:
+    """Train every (score, seed) pair, save the checkpoints (unless ``checkpoints`` is False) and
+    the results JSON in ``out``, under the names of width ``hidden_dim`` (:func:`results_name`,
+    :func:`checkpoint_path`).
 
     An existing results file in ``out`` is checked against the manifest and updated, so seeds can be
     trained in separate runs, one after the other (not in parallel: each run rewrites the results
@@ -210,8 +253,8 @@ def run(scores: Sequence[str] = SCORE_NAMES, seeds: Sequence[int] = (0,), steps:
     out.mkdir(parents=True, exist_ok=True)
     task = ReversalTask()
     test_sources, test_targets = task.test_set(TEST_PER_LENGTH, seed=TEST_SEED)
-    results_path = out / RESULTS_FILE
-    results = load_results(out) if results_path.is_file() else {}
+    results_path = out / results_name(hidden_dim)
+    results = load_results(out, hidden_dim) if results_path.is_file() else {}
     results["setup"] = {
         "task": f"reverse digit sequences, source lengths {task.min_len}-{task.max_len}",
         "hidden_dim": hidden_dim, "steps": steps, "batch_size": 64, "lr": 3e-3, "clip": 1.0,
@@ -221,7 +264,9 @@ def run(scores: Sequence[str] = SCORE_NAMES, seeds: Sequence[int] = (0,), steps:
     for seed in seeds:
         for score in scores:
             model, result = train_one(score, seed, steps, hidden_dim, task, progress)
-            save_checkpoint(model, checkpoint_path(score, seed, out), score, hidden_dim, seed, steps)
+            if checkpoints:
+                save_checkpoint(model, checkpoint_path(score, seed, out, hidden_dim), score, hidden_dim,
+                                seed, steps)
             start = time.perf_counter()
             evaluation = evaluate(model, test_sources, test_targets)
             runs[f"{score}/seed{seed}"] = {
@@ -257,11 +302,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--scores", nargs="+", default=list(SCORE_NAMES), choices=SCORE_NAMES)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--steps", type=int, default=None, help="default: 1500 (seq2seq), 200 (grouped_query)")
-    parser.add_argument("--hidden-dim", type=int, default=64)
+    parser.add_argument("--hidden-dim", type=int, default=HIDDEN_DIM,
+                        help=f"width of the GRU states; runs at another width than {HIDDEN_DIM} are written to "
+                             "files named by theirs (seq2seq_h<width>_results.json)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1 gives the same numbers on every machine)")
     parser.add_argument("--out", default=str(DATA_DIR))
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-checkpoints", action="store_true",
+                        help="write the results only, not the trained weights")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.study == "grouped_query":
@@ -270,7 +319,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         grouped_query_study.run(args.seeds, args.steps or 200, args.out)
         return
     args.steps = 1500 if args.steps is None else args.steps
-    run(args.scores, args.seeds, args.steps, args.hidden_dim, args.out, not args.no_progress)
+    run(args.scores, args.seeds, args.steps, args.hidden_dim, args.out, not args.no_progress,
+        not args.no_checkpoints)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ The chapters' owners delete entries as they fix their figures; nobody adds entri
 When listed (2026-11-26), every figure had been stored before the legibility report kept its
 smallest text, so the test could only use the desktop guarantee (at least 6.0-7.2 px here). What
 is known otherwise: the diagrams drawn by attnbook_tools.diagrams (fig-02-encoder-decoder,
-fig-06-qkv, fig-08-qkv, fig-08-split, fig-08-block, fig-08b-pre-norm, fig-08b-post-norm,
+fig-06-qkv, fig-08-qkv, fig-08-split, fig-08b-pre-norm, fig-08b-post-norm,
 fig-08c-architecture, fig-09-online-softmax, fig-09-kv-cache) have 8-point labels
 (canvas.SMALL_POINTS) in a 608-pixel PNG: 6.25 px on a phone, a real failure. The package's charts at
 the book's style (11-point ticks and legends, 624 px wide) give 8.4 px and pass; figures that set a
@@ -15,25 +15,6 @@ smaller font in the chapter (fontsize=8 in chapters 3 and 8) likely do not (not 
 stores the measurement and turns its bounds into exact numbers."""
 
 PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
-    'chapters/00_attention_at_a_glance': [
-        'fig-00-temperature',
-    ],
-    'chapters/01_seq2seq_bottleneck': [
-        'fig-01-loss',
-        'fig-01-accuracy',
-        'fig-01-position',
-    ],
-    'chapters/02_attention_in_seq2seq': [
-        'fig-02-accuracy',
-        'fig-02-encoder-decoder',
-        'fig-02-heatmaps',
-    ],
-    'chapters/03_scaled_dot_product': [
-        'fig-03-variance',
-        'fig-03-saturation',
-        'ctl-03-weights',
-        'fig-03-weights',
-    ],
     'chapters/04_bilinear_score': [
         'fig-04-learned-w',
     ],
@@ -48,29 +29,5 @@ PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
         'fig-06-qkv',
         'fig-06-sinusoids',
         'fig-06-weights',
-    ],
-    'chapters/07_masking': [
-        'fig-07-masks',
-        'fig-07-editor',
-    ],
-    'chapters/08_multi_head_attention': [
-        'fig-08-qkv',
-        'fig-08-split',
-        'fig-08-block',
-        'ctl-08-heads',
-    ],
-    'chapters/08b_transformer_block': [
-        'fig-08b-pre-norm',
-        'fig-08b-post-norm',
-    ],
-    'chapters/08c_cross_attention': [
-        'fig-08c-architecture',
-        'fig-08c-loss',
-        'fig-08c-maps',
-        'fig-08c-compare',
-    ],
-    'chapters/09_attention_at_scale': [
-        'fig-09-online-softmax',
-        'fig-09-kv-cache',
     ],
 }

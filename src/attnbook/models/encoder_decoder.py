@@ -17,6 +17,7 @@ Shapes:
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -27,7 +28,40 @@ from attnbook.block import DecoderBlock, TransformerBlock
 from attnbook.positions import sinusoidal_positions
 from attnbook.tasks import dates
 
-__all__ = ["Attentions", "EncoderDecoder"]
+__all__ = ["Attentions", "EncoderDecoder", "next_token"]
+
+
+def next_token(
+    logits: Tensor,
+    *,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Choose each sequence's next token from its logits.
+
+    ``temperature=0`` takes the most likely token (greedy decoding).
+    A positive temperature samples from ``softmax(logits / T)``:
+    below 1 sharper, above 1 flatter, as the scale of chapter 0
+    sharpened or flattened attention's weights. ``top_k`` keeps
+    the k most likely tokens (and any tied with the k-th) first.
+
+    Shapes:
+        logits (B, V) -> tokens (B,)
+    """
+    where = "next_token"
+    check.tensor(where, "logits", logits, "B, V", floating=True)
+    check.number(where, "temperature", temperature, "a finite number >= 0", lambda t: 0 <= t < math.inf)
+    check.that(top_k is None or type(top_k) is int and 1 <= top_k <= logits.shape[-1], where,
+               lambda: f"`top_k` must be None or an int in 1..{logits.shape[-1]} (the vocabulary size); got {top_k!r}")
+    if temperature == 0:
+        return logits.argmax(dim=-1)  # (B,)
+    if top_k is not None:  # the k-th largest logit of each row
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, -math.inf)
+    probabilities = torch.softmax(logits / temperature, dim=-1)
+    sample = torch.multinomial(probabilities, 1, generator=generator)
+    return sample[:, 0]  # (B,)
 
 
 class Attentions(NamedTuple):
@@ -185,14 +219,19 @@ class EncoderDecoder(nn.Module):
         key_mask: Tensor | None,
         max_new_tokens: int,
         *,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
         sos_id: int = dates.SOS,
         eos_id: int = dates.EOS,
         pad_id: int = dates.PAD,
     ) -> Tensor:
-        """Greedy decoding: encode once, then write the most likely token ``max_new_tokens`` times,
-        re-running the decoder over the target so far at each step. After a sequence's ``eos_id``
-        every position holds ``pad_id``; decoding stops early when every sequence has ended.
-        Runs in eval mode and restores the mode afterwards.
+        """Decoding: encode once, then write a token ``max_new_tokens`` times, re-running the
+        decoder over the target so far at each step. Each token is :func:`next_token` of the last
+        position's logits: the most likely one by default (greedy decoding), or a sample at
+        ``temperature`` from the ``top_k`` most likely, drawn with ``generator``. After a
+        sequence's ``eos_id`` every position holds ``pad_id``; decoding stops early when every
+        sequence has ended. Runs in eval mode and restores the mode afterwards.
 
         Shapes:
             src (B, S), key_mask (B, S) -> tokens (B, N) without the start token, N <= max_new_tokens
@@ -209,10 +248,11 @@ class EncoderDecoder(nn.Module):
             done = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
             for _ in range(max_new_tokens):
                 logits, _, _ = self.decode(tokens, memory, key_mask)  # (B, t, V)
-                next_token = logits[:, -1].argmax(dim=-1)  # (B,)
-                next_token = next_token.masked_fill(done, pad_id)  # (B,)
-                tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (B, t + 1)
-                done |= next_token == eos_id
+                chosen = next_token(logits[:, -1], temperature=temperature, top_k=top_k,
+                                    generator=generator)  # (B,)
+                chosen = chosen.masked_fill(done, pad_id)  # (B,)
+                tokens = torch.cat([tokens, chosen[:, None]], dim=1)  # (B, t + 1)
+                done |= chosen == eos_id
                 if bool(done.all()):
                     break
         finally:

@@ -1,65 +1,85 @@
-"""Chapter 0, attention at a glance: a masked softmax, scaled dot-product attention, and the
-shapes of its weights and output."""
+"""Chapter 0, attention at a glance: a softmax with a temperature, scaled dot-product attention,
+the shapes of its weights and output, and the scale that makes every row sharp."""
 
 from __future__ import annotations
 
 from torch import Tensor
 import torch
 
-from attnbook.functional import attention, masked_softmax
-from attnbook.masks import padding_mask
+from attnbook.functional import attention
 from attnbook_classroom.grading.compare import Wrong, check_number, compare, matmul_hint, same
 from attnbook_classroom.grading.harness import answer, call, exercise, part
-from attnbook_classroom.grading.mistakes import rows_hint, sdpa_variants, softmax_variants
+from attnbook_classroom.grading.mistakes import sdpa_variants
 
 # ------------------------------------------------------------------------------------------------
-# Exercise 0.1: masked_softmax
+# Exercise 0.1: softmax_temperature
 # ------------------------------------------------------------------------------------------------
 
-MASKED_SOFTMAX = exercise(
-    "masked_softmax",
-    "fn(scores (..., S) float, mask (..., S) bool, True = may attend) -> weights (..., S): a softmax "
-    "over the last dim with masked positions at exactly 0; a row with every key masked is all zeros "
-    "(never NaN); keeps the dtype (float16 too).",
-    # exercise 0.4's experiment uses the package's attention (which calls it) while its cell runs
-    check_blocks=["attnbook.functional.masked_softmax"])
+SOFTMAX_TEMPERATURE = exercise(
+    "softmax_temperature",
+    "fn(scores (..., S) float, temperature > 0) -> weights (..., S) = softmax(scores / temperature) "
+    "over the last dim, finite for scores in the thousands (each row's maximum subtracted first); "
+    "keeps the dtype.")
+
+M_TIMES_T = ("You multiplied the scores by the temperature; divide by it: a high temperature flattens "
+             "the weights, a low one sharpens them.")
+M_T_AFTER = ("You applied the temperature after the softmax (weights ** (1 / temperature)) and did not "
+             "normalise again: the rows no longer sum to one.")
+M_NO_T = "You ignored the temperature: the weights are softmax(scores), whatever `temperature` is."
+M_WRONG_DIM_T = ("You normalised over dimension {dim}; the weights of one query are normalised over its "
+                 "keys, the last dimension.")
 
 
-def softmax_case(scores: Tensor, mask: Tensor):
-    weights = yield call(scores, mask)
-    compare(weights, masked_softmax(scores, mask), "weights", softmax_variants(scores, mask),
-            extra=lambda w: rows_hint(w, mask))
+def temperature_variants(scores: Tensor, t: float):
+    out = [(M_TIMES_T, lambda: torch.softmax(scores * t, dim=-1)),
+           (M_T_AFTER, lambda: torch.softmax(scores, dim=-1) ** (1 / t)),
+           (M_NO_T, lambda: torch.softmax(scores, dim=-1))]
+    out += [(M_WRONG_DIM_T.format(dim=d), lambda d=d: torch.softmax(scores / t, dim=d))
+            for d in range(scores.dim() - 1)]
+    return out
 
 
-@part(MASKED_SOFTMAX, "values")
-def masked_softmax_values(case):
-    scores = case.randn(2, 4, 6)
-    yield from softmax_case(scores, case.mask(2, 4, 6))
+def overflow_hint(weights: Tensor) -> str | None:
+    """Name the overflow of exp on large scores."""
+    if isinstance(weights, Tensor) and weights.is_floating_point() and not torch.isfinite(weights).all():
+        return ("Some of your weights are NaN or infinite: exp of a score in the thousands overflows "
+                "(exp(89) is already beyond float32). Subtract each row's own maximum before exp: the "
+                "softmax does not change when one number is taken from a whole row, and the largest "
+                "exponent becomes exp(0) = 1.")
+    return None
 
 
-@part(MASKED_SOFTMAX, "fully_masked")
-def masked_softmax_fully_masked(case):
-    scores = case.randn(2, 3, 5)
-    yield from softmax_case(scores, case.mask(2, 3, 5, fully_masked_rows=2))
+def temperature_case(scores: Tensor, *temperatures: float):
+    answers = yield [call(scores, t) for t in temperatures]
+    for t, weights in zip(temperatures, answers):
+        if overflow_hint(weights):  # named first: NaN rows also match wrong formulas on the other rows
+            raise Wrong(overflow_hint(weights))
+        compare(weights, torch.softmax(scores / t, dim=-1), f"weights at temperature {t:g}",
+                temperature_variants(scores, t))
 
 
-@part(MASKED_SOFTMAX, "broadcast")
-def masked_softmax_broadcast(case):
-    scores = case.randn(3, 4, 7)  # (B, L, S)
-    lengths = [7, 3, 5] if case.seed == 0 else [case.randint(1, 7) for _ in range(3)]
-    yield from softmax_case(scores, padding_mask(lengths, max_len=7)[:, None, :])  # mask (B, 1, S)
+@part(SOFTMAX_TEMPERATURE, "values")
+def softmax_temperature_values(case):
+    yield from temperature_case(case.randn(2, 4, 6), 1.0)
 
 
-@part(MASKED_SOFTMAX, "fp16")
-def masked_softmax_fp16(case):
-    scores = case.randn(2, 3, 6, dtype=torch.float16)
-    yield from softmax_case(scores, case.mask(2, 3, 6))
+@part(SOFTMAX_TEMPERATURE, "temperature")
+def softmax_temperature_temperature(case):
+    scores = case.randn(3, 5) * 3
+    temperatures = (0.25, 2.0, 10.0) if case.seed == 0 else (case.randint(1, 9) / 10, float(case.randint(2, 20)))
+    yield from temperature_case(scores, *temperatures)
 
 
-@part(MASKED_SOFTMAX, "large_scores")
-def masked_softmax_large_scores(case):
-    scores = case.randn(2, 3, 6) * 1e3 - 5e4  # every real score far below -1e4
-    yield from softmax_case(scores, case.mask(2, 3, 6))
+@part(SOFTMAX_TEMPERATURE, "large_scores")
+def softmax_temperature_large_scores(case):
+    # rows thousands apart: exp overflows in one row and underflows to 0 in a whole other row
+    scores = case.randn(3, 6) * 50 + torch.tensor([[3000.0], [-3000.0], [0.0]])
+    yield from temperature_case(scores, 0.5)
+
+
+@part(SOFTMAX_TEMPERATURE, "fp16")
+def softmax_temperature_fp16(case):
+    yield from temperature_case(case.randn(2, 3, 6, dtype=torch.float16), 2.0)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -68,53 +88,38 @@ def masked_softmax_large_scores(case):
 
 SDPA = exercise(
     "scaled_dot_product_attention",
-    "fn(q (..., L, D), k (..., S, D), v (..., S, Dv), mask=None (bool, broadcastable to (..., L, S), "
-    "True = may attend)) -> output (..., L, Dv) = softmax(q kᵀ / √D) v; a query whose keys are all "
-    "masked gets a zero output; keeps the dtype.",
+    "fn(q (..., L, D), k (..., S, D), v (..., S, Dv)) -> output (..., L, Dv) = softmax(q kᵀ / √D) v, "
+    "for any leading dims; keeps the dtype.",
     blocks=["attnbook.tiled.tiled_attention", "torch.nn.functional.scaled_dot_product_attention"],
     # exercise 0.4's experiment computes weights with the package's attention while its cell runs
     check_blocks=["attnbook.functional.attention"])
 
 
-def sdpa_case(q, k, v, mask, pass_mask=True):
-    ref = attention(q, k, v, mask)[0]
-    out = yield call(q, k, v, *((mask,) if pass_mask else ()), hints=matmul_hint)
+def sdpa_case(q, k, v):
+    ref = attention(q, k, v)[0]
+    out = yield call(q, k, v, hints=matmul_hint)
     if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Tensor) and same(out[0], ref):
         raise Wrong("Your function returned a tuple (output, weights); return only the output.")
-    compare(out, ref, "output", sdpa_variants(q, k, v, mask))
+    compare(out, ref, "output", sdpa_variants(q, k, v, None))
 
 
 @part(SDPA, "no_mask")
 def sdpa_no_mask(case):
     q, k, v = case.randn(2, 3, 8), case.randn(2, 5, 8), case.randn(2, 5, 4)
-    yield from sdpa_case(q, k, v, None, pass_mask=False)
-
-
-@part(SDPA, "mask")
-def sdpa_mask(case):
-    q, k, v = case.randn(2, 4, 8), case.randn(2, 6, 8), case.randn(2, 6, 3)
-    yield from sdpa_case(q, k, v, case.mask(2, 4, 6))
-
-
-@part(SDPA, "fully_masked")
-def sdpa_fully_masked(case):
-    q, k, v = case.randn(2, 4, 8), case.randn(2, 5, 8), case.randn(2, 5, 3)
-    yield from sdpa_case(q, k, v, case.mask(2, 4, 5, fully_masked_rows=2))
+    yield from sdpa_case(q, k, v)
 
 
 @part(SDPA, "heads")
 def sdpa_heads(case):
     q, k, v = case.randn(2, 3, 4, 8), case.randn(2, 3, 6, 8), case.randn(2, 3, 6, 5)  # (B, H, ., .)
-    lengths = [6, 4] if case.seed == 0 else [case.randint(1, 6), case.randint(1, 6)]
-    mask = padding_mask(lengths, max_len=6)[:, None, None, :]  # (B, 1, 1, S)
-    yield from sdpa_case(q, k, v, mask)
+    yield from sdpa_case(q, k, v)
 
 
 @part(SDPA, "fp16")
 def sdpa_fp16(case):
     q, k, v = (case.randn(2, 3, 8, dtype=torch.float16), case.randn(2, 5, 8, dtype=torch.float16),
                case.randn(2, 5, 4, dtype=torch.float16))
-    yield from sdpa_case(q, k, v, case.mask(2, 3, 5))
+    yield from sdpa_case(q, k, v)
 
 
 # ------------------------------------------------------------------------------------------------

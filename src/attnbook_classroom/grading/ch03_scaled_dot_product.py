@@ -55,44 +55,54 @@ def scaled_scores_unbatched(case):
 
 
 # ------------------------------------------------------------------------------------------------
-# Exercise 3.2: score_variance (derivation)
+# Exercise 3.3: score_variance_scale (derivation)
 # ------------------------------------------------------------------------------------------------
 
-SCORE_VARIANCE = exercise(
-    "score_variance",
-    "fn(D) -> (var_dot, var_scaled): for q and k with independent standard-normal entries of width D, "
-    "the variance of q·k and of q·k / √D.")
+SCORE_VARIANCE_SCALE = exercise(
+    "score_variance_scale",
+    "fn(D, var_q, var_k) -> (variance, scale): for q and k with D independent entries of mean 0, "
+    "variance var_q (entries of q) and var_k (entries of k), the variance of q·k and the positive "
+    "scale c for which c·(q·k) has variance 1.")
 
 
-def variance_answers(case):
-    widths = (4, 64, 512) if case.seed == 0 else tuple(case.randint(3, 2000) for _ in range(3))
-    answers = yield [call(D) for D in widths]
-    for D, ans in zip(widths, answers):
+def variance_scale_answers(case):
+    """The student's (variance, scale) for a few (D, var_q, var_k)."""
+    settings = ((64, 1.0, 1.0), (16, 4.0, 1.0), (100, 0.25, 9.0)) if case.seed == 0 else tuple(
+        (case.randint(3, 2000), case.randint(1, 30) / 4, case.randint(1, 30) / 4) for _ in range(3))
+    answers = yield [call(*setting) for setting in settings]
+    for (D, vq, vk), ans in zip(settings, answers):
         if not (isinstance(ans, (tuple, list)) and len(ans) == 2):
-            raise Wrong(f"For D={D} your function returned {ans!r:.60}; expected two numbers (var_dot, var_scaled).")
-    return list(zip(widths, answers))
+            raise Wrong(f"For D={D}, var_q={vq:g}, var_k={vk:g} your function returned {ans!r:.60}; "
+                        "expected two numbers (variance, scale).")
+    return list(zip(settings, answers))
 
 
-@part(SCORE_VARIANCE, "unscaled")
-def score_variance_unscaled(case):
-    for D, ans in (yield from variance_answers(case)):
-        check_number(ans[0], D, f"the variance of q·k with D={D}", [
-            ("That is the standard deviation √D; the variance is the sum of D variances of 1, so D.",
-             math.sqrt(D)),
-            ("Each product q_i k_i has variance 1, and q·k sums D of them: the variances add up to D.", 1),
-            ("The variance of a sum of D independent terms of variance 1 is D, not D².", D * D),
+@part(SCORE_VARIANCE_SCALE, "variance")
+def score_variance_scale_variance(case):
+    for (D, vq, vk), ans in (yield from variance_scale_answers(case)):
+        check_number(ans[0], D * vq * vk, f"Var[q·k] with D={D}, var_q={vq:g}, var_k={vk:g}", [
+            ("That is a standard deviation. Each product q_i k_i of independent zero-mean entries has "
+             "variance var_q · var_k, and the D products add their variances.", math.sqrt(D * vq * vk)),
+            ("Variances of a product multiply, they do not add: Var[q_i k_i] = var_q · var_k "
+             "(both means are 0).", D * (vq + vk)),
+            ("Each term q_i k_i has variance var_q · var_k, not √(var_q · var_k).", D * math.sqrt(vq * vk)),
+            ("That is the variance of one product q_i k_i; q·k sums D of them.", vq * vk),
+            ("The variance of a sum of D independent terms is D times theirs, not D² times.", D * D * vq * vk),
         ])
 
 
-@part(SCORE_VARIANCE, "scaled")
-def score_variance_scaled(case):
-    for D, ans in (yield from variance_answers(case)):
-        check_number(ans[1], 1, f"the variance of q·k/√D with D={D}", [
-            ("Dividing by √D divides the variance by (√D)² = D, so D/D = 1.", 1 / math.sqrt(D)),
-            ("Dividing by √D divides the variance by D (a constant c scales the variance by c²), giving 1.",
-             math.sqrt(D)),
-            ("Dividing by √D divides the variance by D, giving 1; 1/D is what dividing by D would give.", 1 / D),
-            ("You kept the unscaled variance D; dividing by √D divides it by D.", D),
+@part(SCORE_VARIANCE_SCALE, "scale")
+def score_variance_scale_scale(case):
+    for (D, vq, vk), ans in (yield from variance_scale_answers(case)):
+        var = D * vq * vk
+        check_number(ans[1], 1 / math.sqrt(var), f"the scale with D={D}, var_q={vq:g}, var_k={vk:g}", [
+            ("That is 1/√D, right only when var_q · var_k = 1: the scale must undo the whole variance "
+             "D · var_q · var_k.", 1 / math.sqrt(D)),
+            ("A constant c multiplies a variance by c², so c = 1/√Var; 1/Var would give variance 1/Var.",
+             1 / var),
+            ("That is √Var, the inverse of the scale: c·(q·k) must have variance c²·Var = 1.", math.sqrt(var)),
+            ("The variances need the square root too: c = 1/√(D · var_q · var_k).",
+             1 / (math.sqrt(D) * vq * vk)),
         ])
 
 

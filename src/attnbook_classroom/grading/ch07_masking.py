@@ -1,4 +1,4 @@
-"""Chapter 7, masking: a causal mask for any L and S, which candidate masks are causal,
+"""Chapter 7, masking: a masked softmax, a causal mask for any L and S, which candidate masks are causal,
 attention under a bool and an additive mask combined by one rule, and the weight a mask applied
 after the softmax loses."""
 
@@ -11,15 +11,65 @@ import torch
 from torch import Tensor
 
 from attnbook.functional import attention, masked_softmax
-from attnbook.masks import causal_mask, combine_masks
+from attnbook.masks import causal_mask, combine_masks, padding_mask
 from attnbook_classroom.grading.compare import Wrong, check_number, compare, match, same
 from attnbook_classroom.grading.harness import answer, call, exercise, part, seeded_answer
 from attnbook_classroom.grading.helpers import causal_mask_choices  # noqa: F401  (the exercise's cell prints them)
-from attnbook_classroom.grading.mistakes import M_NO_SCALE, M_POLARITY
+from attnbook_classroom.grading.mistakes import M_NO_SCALE, M_POLARITY, rows_hint, softmax_variants
 from attnbook_classroom.grading.sealed import Sealed
 
 # ------------------------------------------------------------------------------------------------
-# Exercise 7.1: causal_mask
+# Exercise 7.1: masked_softmax
+# ------------------------------------------------------------------------------------------------
+
+MASKED_SOFTMAX = exercise(
+    "masked_softmax",
+    "fn(scores (..., S) float, mask (..., S) bool, True = may attend) -> weights (..., S): a softmax "
+    "over the last dim with masked positions at exactly 0; a row with every key masked is all zeros "
+    "(never NaN); keeps the dtype (float16 too).",
+    # the experiment of exercise 7.5 may use the package's attention (which calls it) while its cell runs
+    check_blocks=["attnbook.functional.masked_softmax"])
+
+
+def softmax_case(scores: Tensor, mask: Tensor):
+    weights = yield call(scores, mask)
+    compare(weights, masked_softmax(scores, mask), "weights", softmax_variants(scores, mask),
+            extra=lambda w: rows_hint(w, mask))
+
+
+@part(MASKED_SOFTMAX, "values")
+def masked_softmax_values(case):
+    scores = case.randn(2, 4, 6)
+    yield from softmax_case(scores, case.mask(2, 4, 6))
+
+
+@part(MASKED_SOFTMAX, "fully_masked")
+def masked_softmax_fully_masked(case):
+    scores = case.randn(2, 3, 5)
+    yield from softmax_case(scores, case.mask(2, 3, 5, fully_masked_rows=2))
+
+
+@part(MASKED_SOFTMAX, "broadcast")
+def masked_softmax_broadcast(case):
+    scores = case.randn(3, 4, 7)  # (B, L, S)
+    lengths = [7, 3, 5] if case.seed == 0 else [case.randint(1, 7) for _ in range(3)]
+    yield from softmax_case(scores, padding_mask(lengths, max_len=7)[:, None, :])  # mask (B, 1, S)
+
+
+@part(MASKED_SOFTMAX, "fp16")
+def masked_softmax_fp16(case):
+    scores = case.randn(2, 3, 6, dtype=torch.float16)
+    yield from softmax_case(scores, case.mask(2, 3, 6))
+
+
+@part(MASKED_SOFTMAX, "large_scores")
+def masked_softmax_large_scores(case):
+    scores = case.randn(2, 3, 6) * 1e3 - 5e4  # every real score far below -1e4
+    yield from softmax_case(scores, case.mask(2, 3, 6))
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 7.2: causal_mask
 # ------------------------------------------------------------------------------------------------
 
 CAUSAL = exercise(
@@ -87,7 +137,7 @@ def causal_fewer_keys(case):
 
 
 # ------------------------------------------------------------------------------------------------
-# Exercise 7.2: pick_causal_mask (prediction; the answers are sealed)
+# Exercise 7.3: pick_causal_mask (prediction; the answers are sealed)
 # ------------------------------------------------------------------------------------------------
 
 PICK = exercise(
@@ -148,7 +198,7 @@ def picks_cache(case):
 
 
 # ------------------------------------------------------------------------------------------------
-# Exercise 7.3: masked_attention (a bool and an additive mask, one rule)
+# Exercise 7.4: masked_attention (a bool and an additive mask, one rule)
 # ------------------------------------------------------------------------------------------------
 
 MASKED_ATTENTION = exercise(
@@ -235,7 +285,7 @@ def masked_attention_empty_row(case):
 
 
 # ------------------------------------------------------------------------------------------------
-# Exercise 7.4: mask_after_softmax (experiment; checked against a run with the student's seed)
+# Exercise 7.5: mask_after_softmax (experiment; checked against a run with the student's seed)
 # ------------------------------------------------------------------------------------------------
 
 AFTER_SOFTMAX = exercise(

@@ -27,11 +27,15 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 from matplotlib.text import Text
 
 from attnbook_tools.diagrams.description import Arrow, Box, Description, Grid, _letters, _tuple_text
-from attnbook_tools.plots.legibility import COLUMN_INCHES, FIGURE_DPI, legibility_problems
+from attnbook_tools.plots.legibility import (
+    COLUMN_INCHES, FIGURE_DPI, MIN_PHONE_TEXT_PX, PHONE_FIGURE_WIDTH_PX, PNG_PAD_INCHES, legibility_problems,
+)
 
 __all__ = ["Style", "Canvas", "luminance", "ramp"]
 
-TITLE_POINTS, LABEL_POINTS, SMALL_POINTS = 11.0, 9.0, 8.0
+# On a phone a diagram laid out on the page's column (608 px stored) is shown 342 px wide: text of
+# SMALL_POINTS (14.6 px in the PNG) is then 8.2 CSS px, just above the 8 px the book requires.
+TITLE_POINTS, LABEL_POINTS, SMALL_POINTS = 12.0, 11.0, 10.5
 INK = "#1a1a1a"
 
 
@@ -99,6 +103,7 @@ class Canvas:
         self.grids: dict[str, Grid] = {}
         self._frames: dict[str, tuple[float, float, float, float]] = {}  # name -> x0, y0, w, h
         self._inside: list[tuple[Text, float]] = []  # texts that must fit in a box or cell this wide
+        self._labels_inside: set[str] = set()  # frames that hold free text on purpose (a frame around a group)
         self.text(width / 2, height - 0.08, title, size=TITLE_POINTS, weight="bold", va="top")
 
     # ------------------------------------------------------------------ primitives
@@ -178,9 +183,9 @@ class Canvas:
     def arrow(self, start: str | tuple[float, float], end: str | tuple[float, float], *, label: str = "",
               strength: float | None = None, label_xy: tuple[float, float] | None = None,
               record_as: tuple[str, str] | None = None, record: bool = True, rad: float = 0.0,
-              color: str = INK) -> Arrow:
+              color: str = INK, label_ha: str = "center") -> Arrow:
         """Draw an arrow between two boxes (edge to edge) or points; a ``strength`` in [0, 1] sets
-        its width. ``label`` is written at ``label_xy`` (default: the middle). ``record_as`` names
+        its width. ``label`` is written at ``label_xy`` (default: the middle), aligned by ``label_ha``. ``record_as`` names
         the two ends in the description when they are points; ``record=False`` draws one of many
         arrows that :meth:`link` records as one."""
         a = self._anchor(start, self._center(end))
@@ -191,7 +196,7 @@ class Canvas:
                                           connectionstyle=f"arc3,rad={rad}"))
         if label:
             x, y = label_xy or ((a[0] + b[0]) / 2, (a[1] + b[1]) / 2)
-            self.text(x, y, label, size=SMALL_POINTS,
+            self.text(x, y, label, size=SMALL_POINTS, ha=label_ha,
                       bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"})
         names = record_as or tuple(s if isinstance(s, str) else f"({s[0]:.1f}, {s[1]:.1f})" for s in (start, end))
         arrow = Arrow(names[0], names[1], label, None if strength is None else float(strength))
@@ -259,6 +264,37 @@ class Canvas:
         renderer = self.fig.canvas.get_renderer()
         return t.get_window_extent(renderer).width / self.fig.dpi
 
+    def _phone_problems(self) -> list[str]:
+        """Text that a phone, which shows the stored PNG (the canvas and its margins) at most
+        PHONE_FIGURE_WIDTH_PX CSS pixels wide, would draw under MIN_PHONE_TEXT_PX."""
+        png_px = (self.width + 2 * PNG_PAD_INCHES) * FIGURE_DPI
+        shown = min(1.0, PHONE_FIGURE_WIDTH_PX / png_px)
+        problems = []
+        for t in self.ax.texts:
+            if t.get_visible() and t.get_text().strip():
+                size = t.get_fontsize() * FIGURE_DPI / 72.0 * shown
+                if size < MIN_PHONE_TEXT_PX - 1e-9:
+                    problems.append(f"{t.get_text()!r} is {size:.1f} CSS px on a phone (under {MIN_PHONE_TEXT_PX:g})")
+        return problems
+
+    def _overlaps(self, renderer) -> list[str]:
+        """A label written over a box, cell or arrow it does not belong to: every text must lie
+        inside the box it was written in (recorded by ``_inside``) or clear of every box."""
+        inside = {id(t) for t, _ in self._inside}
+        problems = []
+        to_inches = self.fig.dpi
+        for t in self.ax.texts:
+            if id(t) in inside or not t.get_visible() or not t.get_text().strip():
+                continue
+            box = t.get_window_extent(renderer)
+            x0, y0, x1, y1 = (box.x0 / to_inches, box.y0 / to_inches, box.x1 / to_inches, box.y1 / to_inches)
+            for name, (fx, fy, fw, fh) in self._frames.items():
+                if name in self._labels_inside:
+                    continue
+                if min(x1, fx + fw) - max(x0, fx) > 0.02 and min(y1, fy + fh) - max(y0, fy) > 0.02:
+                    problems.append(f"{t.get_text()!r} overlaps {name!r}")
+        return problems
+
     # ------------------------------------------------------------------ the result
     def finish(self, summary: str, facts: Mapping[str, Any] | None = None) -> tuple[Figure, Description]:
         """Check that every text is legible at the column width and return ``(figure, description)``."""
@@ -267,6 +303,8 @@ class Canvas:
         for t, width in self._inside:
             if t.get_window_extent(renderer).width / self.fig.dpi > width - 0.04:
                 problems.append(f"{t.get_text()!r} is wider than its box or cell")
+        problems += self._phone_problems()
+        problems += self._overlaps(renderer)
         if problems:
             plt.close(self.fig)
             raise ValueError(f"{self.where}: the diagram would not be legible at the book's column width "

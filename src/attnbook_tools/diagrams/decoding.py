@@ -25,7 +25,7 @@ from torch import Tensor
 from attnbook.masks import causal_mask
 from attnbook.multihead import CausalSelfAttention
 from attnbook.models.transformer import TinyTransformer
-from attnbook_tools.diagrams.canvas import Canvas, Style
+from attnbook_tools.diagrams.canvas import SMALL_POINTS, Canvas, Style
 from attnbook_tools.diagrams.description import Description
 
 __all__ = ["DecodingStep", "decoding_steps", "draw_kv_cache"]
@@ -178,29 +178,30 @@ def draw_kv_cache(module: CausalSelfAttention | TinyTransformer, inputs: Tensor,
                          "use at most 16 positions and fewer or shorter steps")
     cw = min(0.3, 3.0 / T)  # inches: the page's column is 5.88 wide
     ch = 0.24
-    height = 1.05 + rows * ch + 0.3 * len(steps) + 0.35
+    head = 0.44  # each step's name and cache shape, on two lines above its cells
+    height = 1.3 + rows * ch + (0.3 + head) * len(steps) + 0.35
     canvas = Canvas(where, title or "The key/value cache and the causal mask, step by step", height)
-    x0 = 2.45
-    y = height - 0.6
+    x0 = 1.3
+    y = height - 0.55 - head
     for s in steps:
         S, L = len(s.cached) + len(s.new), len(s.new)
         keys = [[j in s.new for j in range(S)]]
         canvas.cells(f"step {s.index} cache", (x0, y), (cw, ch), keys, {False: CACHED, True: NEW},
                      meaning={}, symbols={}, texts=[[str(j) for j in range(S)]], record=False)
         canvas.tensor_label(f"step {s.index} keys", f"step {s.index}: {len(s.cached)} cached + {L} new keys",
-                            0.1, y - ch / 2, shape=s.keys_shape, letters="B, H, S, D", ha="left")
+                            0.1, y + 0.05, shape=s.keys_shape, letters="B, H, S, D", ha="left", va="bottom")
         rows_allowed = s.allowed.tolist()
         canvas.cells(f"step {s.index}", (x0, y - ch), (cw, ch), rows_allowed, {True: ALLOWED, False: BLOCKED},
                      meaning={True: "may attend", False: "blocked"}, symbols={True: "1", False: "."},
                      rows=[f"query at {i}" for i in s.new], cols=[str(j) for j in range(S)])
         for i, q in enumerate(s.new):
-            canvas.text(x0 - 0.08, y - ch * (i + 1.5), f"query at {q}", size=8, ha="right")
+            canvas.text(x0 - 0.08, y - ch * (i + 1.5), f"query at {q}", size=SMALL_POINTS, ha="right")
         if s.token is not None:
-            canvas.text(x0 + S * cw + 0.1, y - ch * (L + 0.5), f"next: {s.token}", size=8, ha="left")
-        y -= (1 + L) * ch + 0.3
-    canvas.text(0.1, 0.55, "Query i of a step sees keys j ≤ i + S − L (causal_mask, aligned to the bottom right).",
-                size=8, ha="left")
-    canvas.legend([CACHED, NEW, ALLOWED, BLOCKED], 0.1, 0.22, gap=0.5)
+            canvas.text(x0 + S * cw + 0.1, y - ch * (L + 0.5), f"next: {s.token}", size=SMALL_POINTS, ha="left")
+        y -= (1 + L) * ch + 0.3 + head
+    canvas.text(0.1, 0.7, "Query i of a step sees keys j ≤ i + S − L\n(causal_mask, aligned to the bottom right).",
+                size=SMALL_POINTS, ha="left")
+    canvas.legend([CACHED, NEW, ALLOWED, BLOCKED], 0.1, 0.22, gap=0.3)
     first = steps[0]
     later = steps[1:]
     summary = (f"{len(steps)} decoding steps with a key/value cache ({H} heads of width {D}). Each step is a "

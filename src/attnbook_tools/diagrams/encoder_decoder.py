@@ -22,7 +22,7 @@ from torch import Tensor
 from attnbook.tasks.reversal import SOS, to_symbols
 from attnbook.masks import padding_mask
 from attnbook.models.seq2seq import Seq2Seq, attention_step
-from attnbook_tools.diagrams.canvas import Canvas, Style, _hex
+from attnbook_tools.diagrams.canvas import INK, Canvas, Style, _hex
 from attnbook_tools.diagrams.description import Description
 
 __all__ = ["draw_encoder_decoder"]
@@ -120,8 +120,9 @@ def draw_encoder_decoder(model: Seq2Seq, source: Sequence[int] | Tensor, *, step
     canvas.box("decoder_state", f"state before step {step}", (0.85, y_top), (1.5, 0.62), shape=state.shape,
                letters="B, Dq")
     canvas.box("context", "context c", (x_context, y_top), (1.0, 0.62), shape=context.shape, letters="B, Dk")
-    canvas.box("cell", "GRUCell, out", (4.15, y_top), (1.0, 0.42), kind="op", show_shape=False)
-    canvas.box("next_token", f"writes {written}", (5.3, y_top), (0.95, 0.62), shape=(1,), letters="B")
+    x_cell = 4.2
+    canvas.box("cell", "GRUCell, out", (x_cell, y_top), (1.1, 0.42), kind="op", show_shape=False)
+    canvas.box("next_token", f"writes {written}", (5.33, y_top), (0.9, 0.62), shape=(1,), letters="B")
     canvas.arrow("decoder_state", (x0 - 0.05, y_w), label="query", label_xy=(1.3, 2.85),
                  record_as=("decoder_state", "weights"))
     for j in range(S):
@@ -129,8 +130,11 @@ def draw_encoder_decoder(model: Seq2Seq, source: Sequence[int] | Tensor, *, step
                      strength=w[j], record=False)
     canvas.link("weights", "context", "weighted sum of the encoder states (arrow width = weight)")
     canvas.arrow("context", "cell")
-    canvas.arrow("decoder_state", "cell", rad=-0.5, label=f"state and previous token {previous}",
-                 label_xy=(2.5, y_top + 0.74))
+    # the state and the previous token go over the context box, not through it: up, across, down
+    y_route = y_top + 0.58
+    canvas.ax.plot([0.85, 0.85, x_cell], [y_top + 0.31, y_route, y_route], color=INK, lw=1.0)
+    canvas.arrow((x_cell, y_route), (x_cell, y_top + 0.21), record_as=("decoder_state", "cell"),
+                 label=f"state and previous token {previous}", label_xy=(x_context, y_route))
     canvas.arrow("cell", "next_token")
     j_max = max(range(S), key=lambda j: w[j])
     facts = {

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from attnbook.functional import attention
 from attnbook.multihead import MultiHeadAttention, merge_heads, split_heads
-from attnbook_tools.diagrams.canvas import Canvas, Style, ramp
+from attnbook_tools.diagrams.canvas import SMALL_POINTS, Canvas, Style, ramp
 from attnbook_tools.diagrams.description import Description
 
 __all__ = ["draw_qkv", "draw_heads", "head_columns"]
@@ -99,7 +99,7 @@ def draw_qkv(projections: MultiHeadAttention | Sequence[nn.Linear | Tensor], que
                                      else "Queries, keys and values"), 4.4 if heads else 3.3)
     top = canvas.height - 0.95
     rows = {"q": top, "k": top - 0.9, "v": top - 1.8}
-    cols = [0.5, 1.52, 2.56, 3.78, 5.22]  # inches: the page's column is 5.88 wide
+    cols = [0.5, 1.5, 2.55, 3.7, 5.36]  # inches: the page's column is 5.88 wide
     size = (0.92, 0.66)
     E = query.shape[-1]
     k_in = "E" if key.shape[-1] == E else "Dk"  # D_k, D_v only where they differ from E
@@ -139,14 +139,14 @@ def draw_qkv(projections: MultiHeadAttention | Sequence[nn.Linear | Tensor], que
     torch.testing.assert_close(attn.sum(-1), torch.ones_like(attn.sum(-1)))
     facts = {"each query's weights sum to 1": True}
     if heads:
-        canvas.text((cols[1] + cols[2]) / 2, rows["v"] - 0.55, "q, k, v: the products cut into H heads by "
-                    "split_heads", size=8)
+        canvas.text((cols[1] + cols[2]) / 2, rows["v"] - 0.8, "q, k, v: the products cut\ninto H heads by "
+                    "split_heads", size=SMALL_POINTS)
     if heads:
         output = projections.out_proj(merge_heads(heads_out))  # (B, L, E)
         expected, _ = projections(query, key, value)
         torch.testing.assert_close(output, expected)  # the drawn path is the module's forward
         canvas.box("output", "output", (cols[4], rows["v"] - 1.0), size, shape=output.shape, letters="B, L, E")
-        canvas.arrow("heads_out", "output", label="merge_heads, out_proj", label_xy=(cols[4] - 0.8, rows["v"] - 0.5))
+        canvas.arrow("heads_out", "output", label="merge_heads, out_proj", label_xy=(cols[4] - 0.1, rows["v"] - 0.5), label_ha="right")
         facts["output equals the module's forward"] = True
     summary = ("Three weight matrices project the input into queries, keys and values"
                + (f", each split into {H} heads of D = {q.shape[-1]} columns" if heads else "")
@@ -214,7 +214,7 @@ def draw_heads(x: Tensor, num_heads: int, *, title: str | None = None) -> tuple[
     head_w, gap, row_gap = min(0.45, 1.7 / per_row), 0.12, 0.3
     hcell = (head_w / D, min(rows_h, (L * rows_h - (grid_rows - 1) * row_gap) / (L * grid_rows)))
     heads_h = grid_rows * L * hcell[1] + (grid_rows - 1) * row_gap
-    bottom = 1.35 if H <= 6 else 1.0  # room for the labels, the note and the legend
+    bottom = 1.6 if H <= 6 else 1.25  # room for the labels, the note (two lines) and the legend
     top = bottom + max(L * rows_h, heads_h)
     canvas = Canvas(where, title or f"Splitting E = {E} columns into H = {H} heads and merging them",
                     top + 0.75)
@@ -241,7 +241,7 @@ def draw_heads(x: Tensor, num_heads: int, *, title: str | None = None) -> tuple[
         y0 = top - r * (L * hcell[1] + row_gap)
         canvas.cells(f"head {h}", (x0, y0), hcell, [[h] * D] * L, styles, meaning=meaning, symbols=symbols,
                      record=False)
-        canvas.text(x0 + head_w / 2, y0 + 0.12, f"h{h}", size=8)
+        canvas.text(x0 + head_w / 2, y0 + 0.12, f"h{h}", size=SMALL_POINTS)
     canvas.tensor_label("heads", "heads = split_heads(x)", middle, top - heads_h - 0.08, shape=heads.shape,
                         letters="B, H, L, D", va="top")
     whole("merged", right, merged_owner, "merge_heads(heads)", merged)
@@ -249,8 +249,8 @@ def draw_heads(x: Tensor, num_heads: int, *, title: str | None = None) -> tuple[
     canvas.arrow((left + grid_w + 0.08, mid_y), (hx0 - 0.08, mid_y), record_as=("x", "heads"))
     canvas.arrow((hx0 + per_row * head_w + (per_row - 1) * gap + 0.08, mid_y), (right - 0.08, mid_y),
                  record_as=("heads", "merged"))
-    canvas.text(middle, bottom - 0.7, f"D = E / H = {D} column{'s' if D != 1 else ''} per head; rows are the "
-                f"L = {L} positions of batch item 0.", size=8)
+    canvas.text(middle, bottom - 0.82, f"D = E / H = {D} column{'s' if D != 1 else ''} per head;\nrows are the "
+                f"L = {L} positions of batch item 0.", size=SMALL_POINTS)
     if H <= 6:
         canvas.legend(styles, 0.1, 0.25)
     facts = {"head_columns": owners, "merge_heads(split_heads(x)) == x": True}
@@ -273,5 +273,5 @@ def _name_spans(canvas: Canvas, x0: float, y: float, cell_w: float, owner: list[
             span = (c - start) * cell_w
             if span >= 0.2:
                 label = f"head {owner[start]}" if span >= 0.6 else f"h{owner[start]}"
-                canvas.text(x0 + (start + c) / 2 * cell_w, y, label, size=8)
+                canvas.text(x0 + (start + c) / 2 * cell_w, y, label, size=SMALL_POINTS)
             start = c

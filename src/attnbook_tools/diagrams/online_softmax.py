@@ -23,7 +23,7 @@ from torch import Tensor
 from attnbook import _checks as check
 from attnbook.functional import attention, upcast
 from attnbook.tiled import online_softmax_step, tiled_attention
-from attnbook_tools.diagrams.canvas import TENSOR, Canvas, Style, ramp
+from attnbook_tools.diagrams.canvas import SMALL_POINTS, TENSOR, Canvas, Style, ramp
 from attnbook_tools.diagrams.description import Description
 
 __all__ = ["TileState", "online_softmax_states", "draw_online_softmax"]
@@ -104,9 +104,9 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
     L, S = q.shape[-2], k.shape[-2]
     if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < L:
         raise ValueError(f"{where}: `query` must be an int in 0..{L - 1}; got {query!r}")
-    if q.dim() > 4 or S > 12 or len(states) > 6:
+    if q.dim() > 4 or S > 10 or len(states) > 6:
         raise ValueError(f"{where}: q {tuple(q.shape)} and {S} keys in {len(states)} tiles do not fit the "
-                         "column legibly; use at most 12 keys, 6 tiles and (B, H, L, D)")
+                         "column legibly; use at most 10 keys, 6 tiles and (B, H, L, D)")
     first = (0,) * (q.dim() - 2)
     row = first + (query,)
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -115,30 +115,31 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
     weights = (scores - final.m[row]).exp() / final.l[row]  # (S,)
     torch.testing.assert_close(weights, torch.softmax(scores, dim=-1))  # the weights, recovered
     n = len(states)
-    canvas = Canvas(where, title or f"The online softmax of query {query}, tile by tile", 3.4 + 0.27 * n)
-    x0, cw, ch = 1.75, min(0.45, 4.05 / S), 0.3  # inches: the page's column is 5.88 wide
+    canvas = Canvas(where, title or f"The online softmax of query {query}, tile by tile", 3.9 + 0.27 * n)
+    x0, ch = 1.5, 0.3  # inches: the page's column is 5.88 wide
+    cw = min(0.45, (canvas.width - 0.1 - x0) / S)
     tile_styles = [Style(t.face) for t in ramp(n, low=0.55, high=0.95)]  # no hatching under numbers
     tile_of = [t.index for t in states for _ in t.keys]
     top = canvas.height - 0.85
     canvas.cells("tiles", (x0, top), (cw, ch), [tile_of], {t: tile_styles[t] for t in range(n)},
                  meaning={t: f"tile {t}" for t in range(n)}, symbols={t: str(t) for t in range(n)},
                  rows=["key"], cols=[str(j) for j in range(S)], texts=[[f"{float(s):.2f}" for s in scores]])
-    canvas.text(0.1, top - ch / 2, f"scaled scores of query {query}", size=8, ha="left")
+    canvas.text(0.1, top - ch / 2, f"scaled scores\nof query {query}", size=SMALL_POINTS, ha="left")
     for t in states:
         mid = x0 + (t.keys.start + t.keys.stop) / 2 * cw
-        canvas.text(mid, top + 0.13, f"tile {t.index}" if len(t.keys) * cw >= 0.55 else str(t.index), size=8)
+        canvas.text(mid, top + 0.13, f"tile {t.index}" if len(t.keys) * cw >= 0.55 else str(t.index), size=SMALL_POINTS)
         canvas.ax.plot([x0 + t.keys.start * cw] * 2, [top + 0.02, top - ch - 0.02], color="#1a1a1a", lw=2.2, ls="-")
     canvas.ax.plot([x0 + S * cw] * 2, [top + 0.02, top - ch - 0.02], color="#1a1a1a", lw=2.2, ls="-")
     canvas.cells("final weights", (x0, top - ch - 0.15), (cw, ch), [list(range(S))],
                  {j: TENSOR for j in range(S)}, meaning={}, symbols={},
                  texts=[[f"{float(w):.2f}" for w in weights]], record=False)
-    canvas.text(0.1, top - 1.5 * ch - 0.15, "weights exp(s − m) / ℓ", size=8, ha="left")
+    canvas.text(0.1, top - 1.5 * ch - 0.15, "weights\nexp(s − m) / ℓ", size=SMALL_POINTS, ha="left")
     # the table of states
     headers = ["tile", "keys", "tile max", "m after", "c = exp(m_old − m)", "ℓ after"]
     xs = [0.3, 0.85, 1.65, 2.55, 3.85, 5.25]
     y = top - 2 * ch - 0.6
     for x, h in zip(xs, headers):
-        canvas.text(x, y, h, size=8, fontweight="bold")
+        canvas.text(x, y, h, size=SMALL_POINTS, fontweight="bold")
     canvas.ax.plot([0.1, canvas.width - 0.1], [y - 0.14, y - 0.14], color="#1a1a1a", lw=0.8, ls="-")
     rows = []
     for t in states:
@@ -149,14 +150,15 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
         cells = [str(t.index), f"{t.keys.start}–{t.keys.stop - 1}", f"{state['tile max']:.4f}", f"{state['m']:.4f}",
                  f"{state['c']:.4f}" + (" (empty sums)" if t.index == 0 else ""), f"{state['l']:.4f}"]
         for x, text in zip(xs, cells):
-            canvas.text(x, y, text, size=8)
+            canvas.text(x, y, text, size=SMALL_POINTS)
         rows.append(state)
     canvas.text(canvas.width / 2, y - 0.5, f"output = acc / ℓ after tile {n - 1}: equal to tiled_attention("
-                f"block_size={block_size})\nand to the softmax over all {S} keys", size=8)
+                f"block_size={block_size})\nand to the softmax over all {S} keys", size=SMALL_POINTS)
     lead = {2: "", 3: "B, ", 4: "B, H, "}[q.dim()]
     for i, (name, t, letters) in enumerate((("q", q, "L, D"), ("k", k, "S, D"), ("v", v, "S, Dv"),
                                              ("output", output, "L, Dv"))):
-        canvas.tensor_label(name, name, 0.65 + 1.5 * i, 0.35, shape=t.shape, letters=lead + letters)
+        line, col = divmod(i, 2)  # two by two: four shapes of up to four letters do not fit one row
+        canvas.tensor_label(name, name, 1.5 + 2.9 * col, 0.85 - 0.5 * line, shape=t.shape, letters=lead + letters)
     facts = {
         "block_size": block_size,
         "states": rows,

@@ -20,7 +20,7 @@ from matplotlib.patches import Rectangle
 from torch import Tensor
 
 from attnbook.models.encoder_decoder import EncoderDecoder
-from attnbook_tools.diagrams.canvas import INK, Canvas, Style
+from attnbook_tools.diagrams.canvas import SMALL_POINTS, INK, Canvas, Style
 from attnbook_tools.diagrams.description import Description
 
 __all__ = ["draw_transformer_encoder_decoder"]
@@ -114,12 +114,12 @@ def draw_transformer_encoder_decoder(model: EncoderDecoder, src: Tensor, key_mas
     canvas.box("tgt_in", "target so far", (dx, y_tok), (dw, h), shape=tgt_in.shape, letters="B, L", compact=True)
     canvas.box("tgt_embedded", "embedding + positions", (dx, y_emb), (dw, h), shape=tgt_embedded.shape,
                letters="B, L, E", compact=True)
-    canvas.box("self_attention", "causal self-attention", (sx, y_self), (sw, h), shape=self_w[0].shape,
-               letters="B, H, L, L", kind="op", compact=True)
-    canvas.box("cross_attention", "cross-attention", (sx, y_cross), (sw, h), shape=cross_w[0].shape,
-               letters="B, H, L, S", kind="op", compact=True)
-    canvas.box("mlp", "MLP", (sx, y_mlp), (sw, h), shape=tgt_embedded.shape, letters="B, L, E", kind="op",
-               compact=True)
+    oh = 0.62  # the sub-layers write their shapes on two lines: one would not fit the box
+    canvas.box("self_attention", "causal self-attention", (sx, y_self), (sw, oh), shape=self_w[0].shape,
+               letters="B, H, L, L", kind="op")
+    canvas.box("cross_attention", "cross-attention", (sx, y_cross), (sw, oh), shape=cross_w[0].shape,
+               letters="B, H, L, S", kind="op")
+    canvas.box("mlp", "MLP", (sx, y_mlp), (sw, oh), shape=tgt_embedded.shape, letters="B, L, E", kind="op")
     canvas.box("logits", "final LayerNorm, head: logits", (dx, y_out), (dw, h), shape=logits.shape,
                letters="B, L, V", compact=True)
     for a, b in (("tgt_in", "tgt_embedded"), ("tgt_embedded", "self_attention"),
@@ -134,12 +134,12 @@ def draw_transformer_encoder_decoder(model: EncoderDecoder, src: Tensor, key_mas
                  {True: REAL, False: PAD}, meaning={True: "gets weight", False: "no weight"},
                  symbols={True: "1", False: "."}, rows=[f"query {i}" for i in range(L)],
                  cols=[str(j) for j in range(L)])
-    canvas.text(gx0, y_self + side / 2 + 0.14, f"item {item}: weights > 0", size=8, ha="left")
+    canvas.text(gx0, y_self + side / 2 + 0.14, f"item {item}: weights > 0", size=SMALL_POINTS, ha="left")
     # one frame around the decoder block's three sub-layers
     x0, y0 = dx - dw / 2 - 0.05, y_self - side / 2 - 0.1
-    canvas.ax.add_patch(Rectangle((x0, y0), dw + 0.1, y_mlp + h / 2 + 0.1 - y0, fill=False, edgecolor=INK,
+    canvas.ax.add_patch(Rectangle((x0, y0), dw + 0.1, y_mlp + oh / 2 + 0.08 - y0, fill=False, edgecolor=INK,
                                   linewidth=0.8, linestyle=(0, (4, 2))))
-    canvas.text(gx0, y_mlp, f"decoder\nblock{'s' if n_dec > 1 else ''} × {n_dec}", size=8, ha="left",
+    canvas.text(gx0, y_mlp, f"decoder\nblock{'s' if n_dec > 1 else ''} × {n_dec}", size=SMALL_POINTS, ha="left",
                 linespacing=1.2)
     canvas.legend([REAL, PAD], 0.1, canvas.height - 0.5)
     facts = {

@@ -6,7 +6,7 @@ Shapes:
 """
 
 from attnbook_tools.plots.charts import (
-    LINESTYLES, MARKERS, PALETTE, accuracy_by_length, heatmap, loss_curves, plot_runs, style_cycle,
+    LINESTYLES, MARKERS, PALETTE, accuracy_by_length, heatmap, loss_curves, plain_log_ticks, plot_runs, style_cycle,
 )
 from attnbook_tools.plots.legibility import (
     COLUMN_INCHES, FIGURE_DPI, MIN_TEXT_PT, PAGE_FIGURE_WIDTH_PX, PNG_PAD_INCHES, figure_problems, figure_report,
@@ -14,7 +14,7 @@ from attnbook_tools.plots.legibility import (
 )
 
 __all__ = [
-    "heatmap", "accuracy_by_length", "loss_curves", "plot_runs", "figure_problems", "png_bytes",
+    "heatmap", "accuracy_by_length", "loss_curves", "plain_log_ticks", "plot_runs", "figure_problems", "png_bytes",
     "figure_report", "png_size", "style_cycle", "PALETTE", "LINESTYLES", "MARKERS", "PAGE_FIGURE_WIDTH_PX",
     "MIN_TEXT_PT", "FIGURE_DPI", "PNG_PAD_INCHES", "COLUMN_INCHES", "legibility_problems",
 ]

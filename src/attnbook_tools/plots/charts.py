@@ -23,11 +23,12 @@ import seaborn as sns
 from cycler import cycler
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.axis import Axis
+from matplotlib.ticker import LogFormatter, MaxNLocator
 
 __all__ = [
-    "heatmap", "accuracy_by_length", "loss_curves", "plot_runs", "style_cycle", "PALETTE", "LINESTYLES",
-    "MARKERS",
+    "heatmap", "accuracy_by_length", "loss_curves", "plot_runs", "style_cycle", "plain_log_ticks", "PALETTE",
+    "LINESTYLES", "MARKERS",
 ]
 
 # Okabe & Ito's colour-blind-safe colours, ordered so that the first four also differ in lightness
@@ -40,6 +41,30 @@ MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 def style_cycle() -> cycler:
     """The book's property cycle: each series gets its own colour and its own line style."""
     return cycler(color=PALETTE) + cycler(linestyle=LINESTYLES)
+
+
+class _PlainLogFormatter(LogFormatter):
+    """Log-axis tick labels as plain numbers (0.5, 2, 300, 1,000), never 2×10⁰, 3×10² or 2⁻¹⁷;
+    which ticks get a label is matplotlib's choice, as for its own log formatter."""
+
+    def _num_to_string(self, x, vmin, vmax):
+        if x >= 1 and float(x).is_integer():
+            return f"{x:,.0f}"
+        if x < 1e-3:  # 0.00001 is hard to count: a power of ten, 10⁻⁵ (other ticks there stay unlabelled)
+            exponent = np.log10(x)
+            return f"$10^{{{round(exponent)}}}$" if abs(exponent - round(exponent)) < 1e-9 else ""
+        return f"{x:.3g}"
+
+
+def plain_log_ticks(where: Axes | Axis) -> None:
+    """Label the log-scaled axes of ``where`` (an axes: both of its axes that are log-scaled; or
+    one axis) with plain numbers, major and minor ticks alike."""
+    axes = [where] if isinstance(where, Axis) else [where.xaxis, where.yaxis]
+    for axis in axes:
+        if axis.get_scale() != "log":
+            continue
+        axis.set_major_formatter(_PlainLogFormatter(base=axis.get_transform().base))
+        axis.set_minor_formatter(_PlainLogFormatter(base=axis.get_transform().base, labelOnlyBase=False))
 
 
 def _style(index: int) -> dict:
@@ -253,5 +278,6 @@ def loss_curves(
     ax.set_xlabel("training step")
     ax.set_ylabel("cross-entropy loss")
     ax.set_yscale("log")
+    plain_log_ticks(ax.yaxis)
     ax.legend(frameon=False)
     return fig
