@@ -205,6 +205,49 @@ def good_greedy_decode(state, config, src, key_mask, steps):
     return target[:, 1:]
 
 
+def rotary_with(layout="half", sign=1, exponent=lambda j, D: 2 * j / D, shift=0, own_positions=False):
+    """apply_rotary as a student writes it; the options are the typical slips."""
+    def fn(x, positions, base=10000.0):
+        D = x.shape[-1]
+        j = torch.arange(D // 2, dtype=torch.float64)
+        where = torch.arange(x.shape[-2]) if own_positions else positions
+        angles = (where.double() + shift)[:, None] * base ** (-exponent(j, D))  # (L, D/2)
+        cos, sin = angles.cos().to(x.dtype), sign * angles.sin().to(x.dtype)
+        if layout == "adjacent":
+            x1, x2 = x[..., 0::2], x[..., 1::2]
+            return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).flatten(-2)
+        x1, x2 = x[..., : D // 2], x[..., D // 2:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+    return fn
+
+
+def score_with(sign=1, sine=True, layout="half", scale=False):
+    """Exercise 10.2: the score of a rotated pair from its offset, with the typical slips."""
+    def fn(q, k, offset, base=10000.0):
+        D = q.shape[-1]
+        h = D // 2
+        angle = offset * base ** (-2 * torch.arange(h, dtype=torch.float64) / D)
+        a, b = (q[:h], q[h:]) if layout == "half" else (q[0::2], q[1::2])
+        c, d = (k[:h], k[h:]) if layout == "half" else (k[0::2], k[1::2])
+        score = ((a * c + b * d) * angle.cos() + sine * sign * (a * d - b * c) * angle.sin()).sum()
+        return float(score / math.sqrt(D) if scale else score)
+    return fn
+
+
+def _extrapolation_answer(seed=3, first=32, delay=3, swap=False):
+    """Exercise 10.3 as a student would run it: the shipped rotary model on 128 tokens."""
+    from attnbook_tools.positions_study import delay_batch, load_position_model
+
+    tokens = delay_batch(100, 128, generator=torch.Generator().manual_seed(seed))  # (B, L)
+    answer = {"seed": seed}
+    for name, window in (("trained", None), ("window", 32)):
+        with torch.no_grad():
+            logits = load_position_model("rotary", window=window)(tokens)  # (B, L, V)
+        right = logits[:, first:].argmax(-1) == tokens[:, first - delay: tokens.shape[1] - delay]
+        answer[name] = right.float().mean().item()
+    if swap:
+        answer["trained"], answer["window"] = answer["window"], answer["trained"]
+    return answer
 def gqa_with(order="interleave", scale=True):
     """Exercise 11.1: grouped-query attention as a student writes it; the options are the typical slips."""
     def fn(q, k, v, mask=None):
@@ -460,6 +503,9 @@ GOOD = {
     "decoding_flops": good_decoding_flops,
     "heads_interchangeable": None,  # measured: _Lazy computes it
     "fit_bilinear_weight": fit_weight(),
+    "apply_rotary": rotary_with(),
+    "rotary_score": score_with(),
+    "rotary_extrapolation": None,  # measured: _Lazy computes it
     "grouped_query_attention": gqa_with(),
     "sliding_window_mask": window_with(),
     "window_cache_bytes": WINDOW_CACHE,
@@ -470,7 +516,7 @@ GOOD = _Lazy(GOOD, block_spread=_spread_answer, weakest_month_format=_weakest_mo
              padding_fraction=_padding_fraction_answer, helga_length=_helga_answer,
              rearrangement_accuracy=_rearrangement_answer, self_weight=_self_weight_answer,
              mask_after_softmax=_after_softmax_answer, online_softmax_rescales=_rescales_answer,
-             heads_interchangeable=_heads_answer)
+             heads_interchangeable=_heads_answer, rotary_extrapolation=_extrapolation_answer)
 
 
 def test_every_exercise_has_a_right_answer_here():
@@ -820,6 +866,21 @@ MISTAKES = [
     ("heads_interchangeable", {**_heads_answer(7), "queries_only": _heads_answer(7)["all_heads"]},
      "queries_only", "which is not right"),
     ("heads_interchangeable", {**_heads_answer(8), "seed": 8.0}, "all_heads", "expected the int"),
+    ("apply_rotary", rotary_with(layout="adjacent"), "pairs", "i + D/2"),
+    ("apply_rotary", rotary_with(sign=-1), "positions", "wrong way"),
+    ("apply_rotary", rotary_with(exponent=lambda j, D: 2 * j), "base", "not divided by D"),
+    ("apply_rotary", rotary_with(exponent=lambda j, D: j / D), "pairs", "base^(−j/D)"),
+    ("apply_rotary", rotary_with(shift=1), "pairs", "off by one"),
+    ("apply_rotary", rotary_with(own_positions=True), "positions", "use the `positions` argument"),
+    ("apply_rotary", lambda x, p, base=10000.0: rotary_with()(x, p), "base", "ignored the `base`"),
+    ("rotary_score", score_with(sign=-1), "two_dims", "wrong sign"),
+    ("rotary_score", score_with(sine=False), "many_pairs", "only the cosine"),
+    ("rotary_score", score_with(layout="adjacent"), "many_pairs", "i + D/2"),
+    ("rotary_score", score_with(scale=True), "two_dims", "divided by √D"),
+    ("rotary_extrapolation", _extrapolation_answer(first=3), "trained", "from position 3 on"),
+    ("rotary_extrapolation", _extrapolation_answer(delay=2), "window", "what a guess would score"),
+    ("rotary_extrapolation", _extrapolation_answer(swap=True), "trained", "other model"),
+    ("rotary_extrapolation", {**_extrapolation_answer(), "seed": 3.0}, "trained", "expected the int"),
     ("grouped_query_attention", gqa_with(order="tiled"), "groups", "repeat_interleave"),
     ("grouped_query_attention", gqa_with(order="tiled"), "mask", "CONSECUTIVE query heads"),
     ("grouped_query_attention", gqa_with(scale=False), "multi_query", "not scaled"),

@@ -70,7 +70,7 @@ TAUGHT_IN = {
     # attnbook.positions
     "sinusoidal_positions": "chapters/06_queries_keys_values",
     "LearnedPositions": "chapters/06_queries_keys_values",
-    "apply_rotary": None,  # rotary positions: library groundwork for the chapters on today's models (issue 24)
+    "apply_rotary": "chapters/10_rotary_positions",
     # attnbook.multihead: heads are the subject of chapter 8
     "MultiHeadAttention": "chapters/08_multi_head_attention",
     "split_heads": "chapters/08_multi_head_attention",

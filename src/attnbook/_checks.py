@@ -270,3 +270,11 @@ def token_ids(where, name, value, vocab_size):
     low, high = (int(value.min()), int(value.max())) if value.numel() else (0, 0)
     that(0 <= low and high < vocab_size, where, lambda: f"`{name}` holds the id {low if low < 0 else high}, "
          f"outside the vocabulary of vocab_size={vocab_size} (ids 0..{vocab_size - 1})")
+
+
+def rotary_inputs(where, x, positions, base):
+    """x (..., L, D) floating with D even, positions (L,) integers, base > 1."""
+    tensor(where, "x", x, floating=True, min_ndim=2)
+    that(x.shape[-1] % 2 == 0, where, lambda: f"`x` must have an even width D (pairs); got {tuple(x.shape)}")
+    tensor(where, "positions", positions, "L", dtype=(torch.int64, torch.int32), sizes=[(0, x.shape[-2], "L")])
+    number(where, "base", base, "a number > 1", lambda b: b > 1)

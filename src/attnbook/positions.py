@@ -94,33 +94,43 @@ class LearnedPositions(nn.Module):
         return x + self.table.weight[offset : offset + L]  # (B, L, E)
 
 
-def apply_rotary(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
-    """Rotary positions: turn each pair of coordinates of ``x`` by an angle that grows with the position.
+def apply_rotary(x: Tensor, positions: Tensor,
+                 base: float = 10000.0) -> Tensor:
+    """Rotary positions: turn each pair of coordinates of ``x`` by an
+    angle that grows with the position.
 
-    Coordinate i is paired with coordinate i + D/2 (Llama's "rotate half" layout), and pair j
-    turns by ``angle_j = position · base^(-2j/D)``, j = 0 .. D/2 - 1. Rotating queries and keys
-    this way makes their dot product depend on the positions only through their offset: a query
-    at p and a key at p - k score as they would at any other p with the same k.
+    Coordinate i is paired with coordinate i + D/2 (Llama's "rotate
+    half" layout), and pair j turns by
+    ``angle_j = position · base^(-2j/D)``, j = 0 .. D/2 - 1. Rotating
+    queries and keys this way makes their dot product depend on the
+    positions only through their offset: a query at p and a key at
+    p - k score as they would at any other p with the same k.
 
-    The angles are computed in float64 (float32 on Apple's MPS, which has no float64), then cast
-    to ``x``'s dtype, so that a float64 ``x`` is rotated exactly as a float64 reference would.
+    The angles are computed in float64 (float32 on Apple's MPS, which
+    has no float64), then cast to ``x``'s dtype, so that a float64
+    ``x`` is rotated exactly as a float64 reference would.
 
     Args:
         x: queries or keys, D even.
-        positions: the integer position of each of the L rows of ``x``.
-        base: the longest wavelength is ``2π · base`` (Llama's ``rope_theta``).
+        positions: the integer position of each of the L rows of
+            ``x``.
+        base: the longest wavelength is ``2π · base`` (Llama's
+            ``rope_theta``).
 
     Shapes:
         x (..., L, D), positions (L,) -> (..., L, D)
     """
-    where = "apply_rotary"
-    check.tensor(where, "x", x, floating=True, min_ndim=2)
-    check.that(x.shape[-1] % 2 == 0, where, lambda: f"`x` must have an even width D (pairs); got {tuple(x.shape)}")
-    check.tensor(where, "positions", positions, "L", dtype=(torch.int64, torch.int32), sizes=[(0, x.shape[-2], "L")])
-    check.number(where, "base", base, "a number > 1", lambda b: b > 1)
-    D, exact = x.shape[-1], torch.float32 if x.device.type == "mps" else torch.float64  # MPS has no float64
-    rates = 1.0 / base ** (torch.arange(0, D, 2, dtype=exact, device=x.device) / D)  # (D/2,)
+    check.rotary_inputs("apply_rotary", x, positions, base)
+    D = x.shape[-1]
+    mps = x.device.type == "mps"  # MPS has no float64
+    exact = torch.float32 if mps else torch.float64
+    pairs = torch.arange(0, D, 2, dtype=exact, device=x.device)  # 2j
+    rates = 1.0 / base ** (pairs / D)  # (D/2,)
     angles = positions.to(exact)[:, None] * rates  # (L, D/2)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (L, D/2) each
-    x1, x2 = x[..., : D // 2], x[..., D // 2 :]  # (..., L, D/2) each: coordinate i pairs with i + D/2
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)  # (..., L, D)
+    cos = angles.cos().to(x.dtype)  # (L, D/2)
+    sin = angles.sin().to(x.dtype)  # (L, D/2)
+    # coordinate i pairs with i + D/2
+    x1, x2 = x[..., : D // 2], x[..., D // 2 :]  # (..., L, D/2) each
+    turned_1 = x1 * cos - x2 * sin  # (..., L, D/2)
+    turned_2 = x2 * cos + x1 * sin  # (..., L, D/2)
+    return torch.cat([turned_1, turned_2], dim=-1)  # (..., L, D)
