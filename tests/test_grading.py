@@ -248,6 +248,34 @@ def _extrapolation_answer(seed=3, first=32, delay=3, swap=False):
     if swap:
         answer["trained"], answer["window"] = answer["window"], answer["trained"]
     return answer
+def gqa_with(order="interleave", scale=True):
+    """Exercise 11.1: grouped-query attention as a student writes it; the options are the typical slips."""
+    def fn(q, k, v, mask=None):
+        groups = q.shape[1] // k.shape[1]
+        if order == "interleave":  # 0, 0, 1, 1, ...: each key/value head serves consecutive query heads
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        else:  # 0, 1, 0, 1, ...
+            k, v = k.repeat(1, groups, 1, 1), v.repeat(1, groups, 1, 1)
+        scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1.0)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+    return fn
+
+
+def window_with(before=1, alignment="bottom", direction=1):
+    """Exercise 11.2: the sliding-window mask; ``before=0`` lets W keys before the query in."""
+    def fn(L, S, W):
+        i = torch.arange(L)[:, None] + (S - L if alignment == "bottom" else 0)  # (L, 1)
+        j = torch.arange(S)[None, :]  # (1, S)
+        if direction < 0:
+            return (j >= i) & (j < i + W)
+        return (j <= i) & (j > i - W - 1 + before)
+    return fn
+
+
+WINDOW_CACHE = {"full": 2 * 32 * 32 * 16384 * 128 * 2, "grouped": 2 * 32 * 8 * 16384 * 128 * 2,
+                "window": 2 * 32 * 8 * 4096 * 128 * 2}
 
 
 def smallest_sharp_scale(sharp):
@@ -478,6 +506,9 @@ GOOD = {
     "apply_rotary": rotary_with(),
     "rotary_score": score_with(),
     "rotary_extrapolation": None,  # measured: _Lazy computes it
+    "grouped_query_attention": gqa_with(),
+    "sliding_window_mask": window_with(),
+    "window_cache_bytes": WINDOW_CACHE,
 }
 
 # Measured answers (experiments) are computed when a test asks for them.
@@ -850,6 +881,21 @@ MISTAKES = [
     ("rotary_extrapolation", _extrapolation_answer(delay=2), "window", "what a guess would score"),
     ("rotary_extrapolation", _extrapolation_answer(swap=True), "trained", "other model"),
     ("rotary_extrapolation", {**_extrapolation_answer(), "seed": 3.0}, "trained", "expected the int"),
+    ("grouped_query_attention", gqa_with(order="tiled"), "groups", "repeat_interleave"),
+    ("grouped_query_attention", gqa_with(order="tiled"), "mask", "CONSECUTIVE query heads"),
+    ("grouped_query_attention", gqa_with(scale=False), "multi_query", "not scaled"),
+    ("grouped_query_attention", lambda q, k, v, mask=None: gqa_with()(q, k, v), "mask", "ignores the mask"),
+    ("sliding_window_mask", window_with(before=0), "square", "one key too wide"),
+    ("sliding_window_mask", window_with(before=2), "cache", "one key too narrow"),
+    ("sliding_window_mask", window_with(direction=-1), "square", "wrong way"),
+    ("sliding_window_mask", window_with(alignment="top"), "cache", "top left"),
+    ("sliding_window_mask", lambda L, S, W: window_with()(L, S, W).float(), "wide", "bool"),
+    ("window_cache_bytes", {**WINDOW_CACHE, "grouped": WINDOW_CACHE["full"]}, "grouped", "H_kv = 8"),
+    ("window_cache_bytes", {**WINDOW_CACHE, "window": WINDOW_CACHE["grouped"]}, "window", "not all S"),
+    ("window_cache_bytes", {**WINDOW_CACHE, "window": WINDOW_CACHE["window"] // 4096 * 4097}, "window",
+     "not W + 1"),
+    ("window_cache_bytes", {**WINDOW_CACHE, "full": WINDOW_CACHE["full"] // 2}, "full", "keys only"),
+    ("window_cache_bytes", {**WINDOW_CACHE, "full": WINDOW_CACHE["full"] // 32}, "full", "layers"),
 ]
 
 

@@ -75,7 +75,7 @@ TAUGHT_IN = {
     "MultiHeadAttention": "chapters/08_multi_head_attention",
     "split_heads": "chapters/08_multi_head_attention",
     "merge_heads": "chapters/08_multi_head_attention",
-    "CausalSelfAttention": "chapters/08_multi_head_attention",
+    "CausalSelfAttention": "chapters/08_multi_head_attention",  # num_kv_heads and window: chapter 11
     # attnbook.block, attnbook.models.transformer: the block's parts (layer norm, the MLP, the
     # residual path) are the subject of chapter 8b, which builds TinyTransformer from them; chapter 8
     # trains a model of attention alone and uses none of them. Cross-attention is chapter 8c's.

@@ -27,6 +27,8 @@ Reading map (chapter: module, what it holds)
                                              tasks.dates            the dates task
     9    Attention at scale ................ tiled                  tiled_attention, online_softmax_step
                                              kv_cache               KVCache
+    11   Grouped-query, sliding windows .... multihead              CausalSelfAttention's num_kv_heads and window
+                                             masks, kv_cache        causal_mask(window=W), the rolling KVCache
 
 Shape letters used in every docstring and comment:
     B batch, H heads, L queries (query length), S keys/values (key length),

@@ -147,15 +147,19 @@ class KVCache:
         return self.keys, self.values
 
     def _roll(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """A rolling cache's append: the held positions and the L new ones are returned, and only
-        the last W of them are kept (a copy of W positions, so that nothing older stays in memory).
+        """A rolling cache's append: the held positions and the L
+        new ones are returned, and only the last W of them are kept
+        (a copy, so that nothing older stays in memory).
 
         Shapes:
-            k (B, H, L, D), v (B, H, L, D) -> keys (B, H, S, D), values (B, H, S, D), S <= W + L
+            k (B, H, L, D), v (B, H, L, D)
+            -> keys (B, H, S, D), values (B, H, S, D), S <= W + L
         """
-        keys = torch.cat([self.keys, k], dim=2)  # (B, H, S, D): the held positions, then the L new
-        values = torch.cat([self.values, v], dim=2)  # (B, H, S, D)
-        self._keys = keys[:, :, -self.window :].clone()  # (B, H, min(S, W), D)
-        self._values = values[:, :, -self.window :].clone()  # (B, H, min(S, W), D)
+        # the held positions, then the L new: (B, H, S, D)
+        keys = torch.cat([self.keys, k], dim=2)
+        values = torch.cat([self.values, v], dim=2)
+        # keep the last W: (B, H, min(S, W), D)
+        self._keys = keys[:, :, -self.window :].clone()
+        self._values = values[:, :, -self.window :].clone()
         self.length += k.shape[2]
         return keys, values

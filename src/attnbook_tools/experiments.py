@@ -5,6 +5,9 @@ same optimiser; only the decoder differs. Run it from the repository root::
 
     python -m attnbook_tools.experiments --steps 1500 --seeds 0 1 2 --out data
 
+``--study grouped_query`` runs, through the same command, the study of
+:mod:`attnbook_tools.grouped_query_study` instead (the tiny transformer with fewer key/value heads).
+
 It writes one small checkpoint per model and seed (``seq2seq_<score>_seed<k>.pt``: the
 state_dict and the configuration, loadable with ``torch.load(..., weights_only=True)``) and
 ``seq2seq_results.json`` with each model's accuracy by source length on the fixed test set, its
@@ -294,9 +297,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         description="Train the seq2seq models without attention and with each score; save "
                     "checkpoints and results.",
     )
+    parser.add_argument("--study", choices=("seq2seq", "grouped_query"), default="seq2seq",
+                        help="seq2seq: the five decoders; grouped_query: H_kv = H, H/2, 1 on the repeat task")
     parser.add_argument("--scores", nargs="+", default=list(SCORE_NAMES), choices=SCORE_NAMES)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=None, help="default: 1500 (seq2seq), 200 (grouped_query)")
     parser.add_argument("--hidden-dim", type=int, default=HIDDEN_DIM,
                         help=f"width of the GRU states; runs at another width than {HIDDEN_DIM} are written to "
                              "files named by theirs (seq2seq_h<width>_results.json)")
@@ -308,6 +313,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="write the results only, not the trained weights")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.study == "grouped_query":
+        from attnbook_tools import grouped_query_study
+
+        grouped_query_study.run(args.seeds, args.steps or 200, args.out)
+        return
+    args.steps = 1500 if args.steps is None else args.steps
     run(args.scores, args.seeds, args.steps, args.hidden_dim, args.out, not args.no_progress,
         not args.no_checkpoints)
 
