@@ -426,6 +426,27 @@ def _heads_answer(seed=0, out="columns", reduce="max", only="q"):
     return answer
 
 
+
+def bootstrap(levels=(0.025, 0.975), mode="paired", swap=False):
+    """A paired bootstrap over seeds as exercise 5b.5 asks, or one of its typical wrong versions."""
+    def run(a, b, n_resamples=10_000, seed=0):
+        generator = torch.Generator().manual_seed(seed)
+        d = b - a if swap else a - b
+        if mode == "entries":  # every (seed, length) accuracy resampled on its own
+            flat = d.reshape(-1)
+            means = flat[torch.randint(flat.numel(), (n_resamples, flat.numel()), generator=generator)].mean(1)
+        elif mode == "unpaired":  # the seeds of a and of b drawn apart
+            rows_a = torch.randint(a.shape[0], (n_resamples, a.shape[0]), generator=generator)
+            rows_b = torch.randint(a.shape[0], (n_resamples, a.shape[0]), generator=generator)
+            means = a[rows_a].mean(dim=(1, 2)) - b[rows_b].mean(dim=(1, 2))
+        else:
+            rows = torch.randint(a.shape[0], (n_resamples, a.shape[0]), generator=generator)
+            means = d[rows].mean(dim=(1, 2))
+        low, high = torch.quantile(means, torch.tensor(levels, dtype=means.dtype))
+        return d.mean().item(), low.item(), high.item()
+    return run
+
+
 def fit_weight(pairs="ij", unknowns="ab"):
     """Exercise 4.5 by least squares on the flattened pairs; the other orders are typical slips."""
     def fn(queries, keys, scores):
@@ -487,6 +508,7 @@ GOOD = {
     "score_widths": {"bilinear", "additive"},
     "longest_exact": {"dot": 0.47, "scaled_dot": 0.35},  # data/results.json, seed 2, length 24
     "low_rank_score": lambda q, U_q, U_k, k: q @ U_q @ U_k.T @ k.transpose(-2, -1),
+    "paired_bootstrap": bootstrap(),
     "qkv_projection": good_qkv,
     "self_attention": good_self_attention,
     "position_dot": lambda offset, E: sum(math.cos(offset * 10000 ** (-2 * k / E)) for k in range(E // 2)),
@@ -785,6 +807,14 @@ MISTAKES = [
     ("low_rank_score", lambda q, U, V, k: (k @ V) @ (q @ U).transpose(-2, -1), "full_rank", "key-by-query"),
     ("low_rank_score", lambda q, U, V, k: q @ U @ V.T @ k.T, "values", "reverses ALL its dims"),
     ("score_widths", {"additive"}, "can", "(Dq, Dk)"),
+    ("paired_bootstrap", bootstrap(mode="unpaired"), "interval", "unpaired"),
+    ("paired_bootstrap", bootstrap(mode="unpaired"), "shipped", "unpaired"),
+    ("paired_bootstrap", bootstrap(mode="entries"), "interval", "Resample whole seeds"),
+    ("paired_bootstrap", bootstrap(mode="entries"), "shipped", "Resample whole seeds"),
+    ("paired_bootstrap", bootstrap(levels=(0.05, 0.95)), "interval", "90% interval"),
+    ("paired_bootstrap", bootstrap(levels=(0.0, 0.95)), "interval", "one end only"),
+    ("paired_bootstrap", bootstrap(swap=True), "difference", "b - a"),
+    ("paired_bootstrap", bootstrap(swap=True), "interval", "b - a"),
     ("qkv_projection", lambda x, a, b, c: (x @ a, x @ b, x @ c), "square", "x @ W_q.T"),
     ("qkv_projection", lambda x, a, b, c: (x @ a, x @ b, x @ c), "shapes", "(out, in)"),
     ("qkv_projection", lambda x, a, b, c: (x @ b.T, x @ a.T, x @ c.T), "square", "another weight"),

@@ -236,3 +236,173 @@ def low_rank_square(case):
 def low_rank_full_rank(case):
     D = case.size(4, 2, 6)  # R = D: U_q U_kᵀ can be any (D, D) weight
     yield from low_rank_case(case.randn(3, 2, D), case.randn(D, D), case.randn(D, D), case.randn(3, 7, D))
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 5b.5: paired_bootstrap (a real difference, or seed noise?)
+# ------------------------------------------------------------------------------------------------
+
+BOOTSTRAP = exercise(
+    "paired_bootstrap",
+    "fn(a (n_seeds, n_lengths), b (n_seeds, n_lengths), n_resamples, seed) -> (difference, low, high): "
+    "the mean of a - b over all entries, and the 2.5% and 97.5% quantiles (torch.quantile) of the means "
+    "of (a - b)[rows] over the resamples rows = torch.randint(n_seeds, (n_resamples, n_seeds), "
+    "generator=torch.Generator().manual_seed(seed)): whole seeds resampled, the same seeds for a and b.")
+
+BOOTSTRAP_LEVELS = (0.025, 0.975)
+
+
+def _rows(n_seeds: int, n_resamples: int, seed: int, draws: int = 1) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(n_seeds, (n_resamples, n_seeds), generator=generator) for _ in range(draws)]
+
+
+def _interval(means: torch.Tensor, levels=BOOTSTRAP_LEVELS) -> tuple[float, float]:
+    low, high = torch.quantile(means, torch.tensor(levels, dtype=means.dtype))
+    return low.item(), high.item()
+
+
+def bootstrap_reference(a, b, n_resamples, seed, levels=BOOTSTRAP_LEVELS):
+    (rows,) = _rows(a.shape[0], n_resamples, seed)
+    means = (a - b)[rows].mean(dim=(1, 2))  # (n_resamples,)
+    return ((a - b).mean().item(), *_interval(means, levels))
+
+
+def _unpaired(a, b, n_resamples, seed):
+    rows_a, rows_b = _rows(a.shape[0], n_resamples, seed, draws=2)
+    means = a[rows_a].mean(dim=(1, 2)) - b[rows_b].mean(dim=(1, 2))
+    return ((a - b).mean().item(), *_interval(means))
+
+
+def _entries(a, b, n_resamples, seed):
+    # every (seed, length) accuracy resampled on its own, as if each came from its own run
+    flat = (a - b).reshape(-1)
+    generator = torch.Generator().manual_seed(seed)
+    cells = torch.randint(flat.numel(), (n_resamples, flat.numel()), generator=generator)
+    return ((a - b).mean().item(), *_interval(flat[cells].mean(dim=1)))
+
+
+def _normal(a, b, n_resamples, seed):
+    (rows,) = _rows(a.shape[0], n_resamples, seed)
+    means = (a - b)[rows].mean(dim=(1, 2))
+    centre, spread = (a - b).mean().item(), means.std().item()
+    return (centre, centre - 1.96 * spread, centre + 1.96 * spread)
+
+
+def _triple(got) -> tuple[float, float, float]:
+    if isinstance(got, torch.Tensor):
+        got = got.reshape(-1).tolist() if got.numel() == 3 else got
+    if isinstance(got, (tuple, list)) and len(got) == 3:
+        values = []
+        for v in got:
+            if isinstance(v, torch.Tensor) and v.numel() == 1:
+                v = v.item()
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                break
+            values.append(float(v))
+        else:
+            return tuple(values)
+    raise Wrong(f"Your function returned {got!r:.80}; expected three numbers (difference, low, high).")
+
+
+def _bootstrap_mistakes(a, b, n_resamples, seed):
+    swap = bootstrap_reference(b, a, n_resamples, seed)
+    return [
+        ("You resampled the seeds of a and of b independently (an unpaired bootstrap): the two models of "
+         "one seed saw the same initial draws and batches, so resample the same rows for both and average "
+         "the paired differences a - b.", lambda: _unpaired(a, b, n_resamples, seed)),
+        ("You resampled single (seed, length) accuracies as if each came from its own run: the accuracies "
+         "of one seed come from one trained model and rise and fall together. Resample whole seeds (rows).",
+         lambda: _entries(a, b, n_resamples, seed)),
+        ("That is a 90% interval (quantiles 0.05 and 0.95): a 95% interval cuts 2.5% off each end, "
+         "quantiles 0.025 and 0.975.", lambda: bootstrap_reference(a, b, n_resamples, seed, (0.05, 0.95))),
+        ("That interval leaves 5% out at one end only (quantiles 0 or 0.05 and 0.95 or 1): cut 2.5% off "
+         "each end, quantiles 0.025 and 0.975.",
+         lambda: bootstrap_reference(a, b, n_resamples, seed, (0.0, 0.95))),
+        ("That interval leaves 5% out at one end only: cut 2.5% off each end, quantiles 0.025 and 0.975.",
+         lambda: bootstrap_reference(a, b, n_resamples, seed, (0.05, 1.0))),
+        ("You took the mean plus and minus 1.96 standard deviations of the resampled means (a normal "
+         "approximation): the percentile bootstrap reads the quantiles of the resampled means themselves.",
+         lambda: _normal(a, b, n_resamples, seed)),
+        ("You computed b - a, and its interval: the question is how much a is ahead of b, a - b.", lambda: swap),
+        ("Your low and high are swapped: low is the 2.5% quantile, high the 97.5% one.",
+         lambda: (lambda d, lo, hi: (d, hi, lo))(*bootstrap_reference(a, b, n_resamples, seed))),
+    ]
+
+
+def _close(x: tuple, y: tuple, tol: float) -> bool:
+    return all(math.isclose(p, q, rel_tol=0, abs_tol=tol) for p, q in zip(x, y))
+
+
+def bootstrap_case(a, b, n_resamples, seed, what):
+    got = _triple((yield call(a, b, n_resamples=n_resamples, seed=seed)))
+    ref = bootstrap_reference(a, b, n_resamples, seed)
+    # a quantile read off the sorted means instead of interpolated moves it by a neighbour's gap
+    tol = 2e-3 * (ref[2] - ref[1]) + 1e-9
+    if _close(got, ref, tol):
+        return
+    for message, make in _bootstrap_mistakes(a, b, n_resamples, seed):
+        if _close(got, make(), tol):
+            raise Wrong(f"{what}: {message}")
+    if not math.isclose(got[0], ref[0], rel_tol=0, abs_tol=1e-6):
+        raise Wrong(f"{what}: your difference is {got[0]:.4g}, expected {ref[0]:.4g}, the mean of a - b over "
+                    "every seed and length.")
+    width, expected = got[2] - got[1], ref[2] - ref[1]
+    hint = ""
+    if width < 0.8 * expected:
+        hint = (" Yours is narrower than resampling whole seeds gives: did you resample something finer "
+                "than seeds, such as single (seed, length) accuracies?")
+    elif width > 1.25 * expected:
+        hint = (" Yours is wider than resampling whole seeds gives: did you resample a and b "
+                "independently instead of their paired differences?")
+    raise Wrong(f"{what}: your interval is ({got[1]:.4g}, {got[2]:.4g}); expected ({ref[1]:.4g}, "
+                f"{ref[2]:.4g}), with the rows drawn as the exercise says.{hint}")
+
+
+def paired_accuracies(case, n_seeds: int, n_lengths: int):
+    """Two models' accuracies (n_seeds, n_lengths) in [0, 1], float64: a seed effect both share, and
+    a lead of a over b that itself varies from seed to seed, as trained models do."""
+    f64 = torch.float64
+    seed_effect = 0.15 * torch.randn(n_seeds, 1, generator=case.gen, dtype=f64)
+    lead = 0.05 + 0.06 * torch.randn(n_seeds, 1, generator=case.gen, dtype=f64)
+    base = 0.6 + seed_effect - 0.03 * torch.arange(n_lengths, dtype=f64)
+    a = base + lead + 0.03 * torch.randn(n_seeds, n_lengths, generator=case.gen, dtype=f64)
+    b = base + 0.03 * torch.randn(n_seeds, n_lengths, generator=case.gen, dtype=f64)
+    return a.clamp(0, 1), b.clamp(0, 1)
+
+
+@part(BOOTSTRAP, "difference")
+def bootstrap_difference(case):
+    a, b = paired_accuracies(case, case.size(4, 3, 6), case.size(5, 2, 7))
+    got = _triple((yield call(a, b, n_resamples=500, seed=case.seed)))
+    check_number(got[0], (a - b).mean().item(), "the difference", [
+        ("You computed b - a: the question is how much a is ahead of b.", (b - a).mean().item()),
+        ("That is the difference of the last seed only; average over every seed and length.",
+         (a - b)[-1].mean().item()),
+    ], rel_tol=0, abs_tol=1e-6)
+
+
+@part(BOOTSTRAP, "interval")
+def bootstrap_interval(case):
+    a, b = paired_accuracies(case, case.size(5, 3, 7), case.size(6, 2, 8))
+    yield from bootstrap_case(a, b, case.size(4000, 1000, 3000), case.size(0, 1, 99), "On the grader's runs")
+
+
+def shipped_long(score: str) -> torch.Tensor:
+    """The shipped exact-match accuracies of ``score`` on the sources of 19 to 24 digits,
+    (n_seeds, 6), row s from seed s."""
+    runs = load_results()["runs"]
+    seeds = sorted({r["seed"] for r in runs.values()})
+    rows = []
+    for seed in seeds:
+        evaluation = runs[f"{score}/seed{seed}"]["evaluation"]
+        rows.append([evaluation["exact"][evaluation["lengths"].index(n)] for n in range(19, 25)])
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+@part(BOOTSTRAP, "shipped")
+def bootstrap_shipped(case):
+    pairs = [("additive", "bilinear"), ("bilinear", "dot")]
+    first, second = pairs[case.seed % 2]
+    a, b = shipped_long(first), shipped_long(second)
+    yield from bootstrap_case(a, b, 10_000, case.seed, f"On the shipped runs, {first} against {second}")
