@@ -14,20 +14,4 @@ the book's style (11-point ticks and legends, 624 px wide) give 8.4 px and pass;
 smaller font in the chapter (fontsize=8 in chapters 3 and 8) likely do not (not measured). Executing a chapter again
 stores the measurement and turns its bounds into exact numbers."""
 
-PHONE_FIGURE_DEBTS: dict[str, list[str]] = {
-    'chapters/04_bilinear_score': [
-        'fig-04-learned-w',
-    ],
-    'chapters/05_additive_score': [
-        'fig-05-cost',
-    ],
-    'chapters/05b_four_scores': [
-        'fig-05b-accuracy',
-        'fig-05b-loss',
-    ],
-    'chapters/06_queries_keys_values': [
-        'fig-06-qkv',
-        'fig-06-sinusoids',
-        'fig-06-weights',
-    ],
-}
+PHONE_FIGURE_DEBTS: dict[str, list[str]] = {}
