@@ -26,6 +26,9 @@ Reading map (chapter: module, what it holds)
                                              tasks.dates            the dates task
     9    Attention at scale ................ tiled                  tiled_attention, online_softmax_step
                                              kv_cache               KVCache
+    12   Induction heads ................... models.attention_only  AttentionOnlyTransformer (heads knocked out)
+                                             tasks.induction        the induction task, head scores,
+                                                                    train_induction
 
 Shape letters used in every docstring and comment:
     B batch, H heads, L queries (query length), S keys/values (key length),
