@@ -41,8 +41,8 @@ __all__ = ["CONFIG", "TRAINING", "RESULTS_FILE", "TEST_SEED", "TEST_SIZE", "chec
            "test_batch", "measure_heads", "knockout_losses", "train_one", "load_model", "load_results", "run",
            "main"]
 
-CONFIG = {"vocab_size": 32, "max_len": 48, "embed_dim": 64, "num_heads": 4, "num_layers": 2}
-TRAINING = {"steps": 2500, "batch_size": 64, "seq_len": 48, "segment_len": 12, "lr": 3e-3}
+CONFIG = {"vocab_size": 16, "max_len": 32, "embed_dim": 32, "num_heads": 2, "num_layers": 2}
+TRAINING = {"steps": 1500, "batch_size": 32, "seq_len": 32, "segment_len": 8, "lr": 1e-2}
 RESULTS_FILE = "induction_results.json"
 TEST_SEED, TEST_SIZE = 12345, 1000
 

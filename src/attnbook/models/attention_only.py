@@ -16,7 +16,8 @@ Shapes:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
@@ -57,13 +58,37 @@ class AttentionOnlyTransformer(nn.Module):
                                     for _ in range(num_layers))
         self.head = nn.Linear(embed_dim, vocab_size)
 
-    def forward(self, tokens: Tensor, *, need_weights: bool = False,
-                knock_out: Iterable[tuple[int, int]] = ()) -> Tensor | tuple[Tensor, list[Tensor]]:
-        """Next-token logits at every position; ``knock_out`` lists (layer, head) pairs to silence.
+    def forward(
+        self,
+        tokens: Tensor,
+        *,
+        need_weights: bool = False,
+        knock_out: Iterable[tuple[int, int]] = (),
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """Next-token logits at every position; ``knock_out``
+        lists (layer, head) pairs whose output is zeroed.
 
         Shapes:
-            tokens (B, L) -> logits (B, L, V) [, weights: num_layers x (B, H, L, L)]
+            tokens (B, L) -> logits (B, L, V)
+            [, weights: num_layers x (B, H, L, L)]
         """
+        knock_out = self._check(tokens, need_weights, knock_out)
+        # the residual stream: token and position embeddings
+        x = self.positions(self.token_embedding(tokens))  # (B, L, E)
+        all_weights = []
+        for index, layer in enumerate(self.layers):
+            silenced = [h for i, h in knock_out if i == index]
+            with _silenced(layer, silenced):
+                out, weights = layer(x, need_weights=need_weights,
+                                     average_attn_weights=False)
+            x = x + out  # (B, L, E): each layer adds to the stream
+            all_weights.append(weights)  # (B, H, L, L) or None
+        logits = self.head(x)  # (B, L, V)
+        if need_weights:
+            return logits, all_weights
+        return logits
+
+    def _check(self, tokens, need_weights, knock_out) -> set[tuple[int, int]]:
         where = "AttentionOnlyTransformer.forward"
         check.token_ids(where, "tokens", tokens, self.vocab_size)
         check.flag(where, "need_weights", need_weights)
@@ -72,30 +97,27 @@ class AttentionOnlyTransformer(nn.Module):
                        and p[1] in range(self.num_heads) for p in knock_out), where,
                    lambda: f"`knock_out` must hold (layer, head) pairs with layer in 0..{self.num_layers - 1} "
                    f"and head in 0..{self.num_heads - 1}; got {sorted(knock_out, key=repr)}")
-        x = self.positions(self.token_embedding(tokens))  # (B, L, E): the residual stream
-        all_weights = []
-        for index, layer in enumerate(self.layers):
-            heads = [h for (i, h) in knock_out if i == index]
-            hook = layer.out_proj.register_forward_pre_hook(_silence(heads, layer.head_dim)) if heads else None
-            try:
-                out, weights = layer(x, need_weights=need_weights, average_attn_weights=False)
-            finally:
-                if hook is not None:
-                    hook.remove()
-            x = x + out  # (B, L, E): each layer adds what its heads read
-            all_weights.append(weights)
-        logits = self.head(x)  # (B, L, V)
-        return (logits, all_weights) if need_weights else logits
+        return knock_out
 
 
-def _silence(heads: list[int], head_dim: int):
-    """A pre-hook for the output projection that zeroes the D columns of each head in ``heads``."""
+@contextmanager
+def _silenced(layer: CausalSelfAttention, heads: list[int]) -> Iterator[None]:
+    """While inside, ``layer``'s output projection reads zeros in the D columns of each head in
+    ``heads`` (a forward pre-hook, removed on leaving)."""
+    if not heads:
+        yield
+        return
+    D = layer.head_dim
 
-    def hook(module: nn.Module, args: tuple[Tensor]) -> tuple[Tensor]:
-        merged = args[0]  # (B, L, E): the heads' outputs side by side, head h in columns h·D .. h·D + D - 1
+    def zero_heads(module: nn.Module, args: tuple[Tensor]) -> tuple[Tensor]:
+        merged = args[0]  # (B, L, E): head h in columns h·D .. h·D + D - 1
         keep = torch.ones(merged.shape[-1], dtype=merged.dtype, device=merged.device)  # (E,)
         for h in heads:
-            keep[h * head_dim : (h + 1) * head_dim] = 0
+            keep[h * D : (h + 1) * D] = 0
         return (merged * keep,)  # (B, L, E)
 
-    return hook
+    hook = layer.out_proj.register_forward_pre_hook(zero_heads)
+    try:
+        yield
+    finally:
+        hook.remove()

@@ -86,27 +86,36 @@ def copy_loss(logits: Tensor, tokens: Tensor, first: Tensor, second: Tensor,
 
 
 def previous_token_score(weights: Tensor) -> Tensor:
-    """Each head's mean weight on the previous token, over the queries 1 .. L-1.
+    """Each head's mean weight on the previous token, over the
+    queries 1 .. L-1.
 
     Shapes:
         weights (B, H, L, L) -> (H,)
     """
-    check.tensor("previous_token_score", "weights", weights, "B, H, L, L", floating=True)
-    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 2))  # (B, H, L-1) -> (H,)
+    check.tensor("previous_token_score", "weights", weights,
+                 "B, H, L, L", floating=True)
+    # the weight of query t on key t - 1: the first subdiagonal
+    on_previous = weights.diagonal(offset=-1, dim1=-2, dim2=-1)
+    return on_previous.mean(dim=(0, 2))  # (B, H, L-1) -> (H,)
 
 
-def induction_score(weights: Tensor, first: Tensor, second: Tensor, segment_len: int) -> Tensor:
-    """Each head's mean weight, over the copy's queries (:func:`copy_targets`), on the token right
-    after the earlier occurrence of the query's token.
+def induction_score(weights: Tensor, first: Tensor, second: Tensor,
+                    segment_len: int) -> Tensor:
+    """Each head's mean weight, over the copy's queries, on the
+    token right after the earlier occurrence of the query's token
+    (the positions of :func:`copy_targets`).
 
     Shapes:
         weights (B, H, L, L), first (B,), second (B,) -> (H,)
     """
-    check.tensor("induction_score", "weights", weights, "B, H, L, L", floating=True)
-    queries, answers = copy_targets(first, second, segment_len)  # (B, N-1), (B, N-1)
+    check.tensor("induction_score", "weights", weights, "B, H, L, L",
+                 floating=True)
+    # query second + k looks for key first + k + 1, k = 0 .. N-2
+    queries, keys = copy_targets(first, second, segment_len)
     rows = torch.arange(weights.shape[0])[:, None]  # (B, 1)
-    on_answer = weights.permute(0, 2, 3, 1)[rows, queries, answers]  # (B, N-1, H)
-    return on_answer.mean(dim=(0, 1))  # (H,)
+    by_head = weights.permute(0, 2, 3, 1)  # (B, L, L, H)
+    on_keys = by_head[rows, queries, keys]  # (B, N-1, H)
+    return on_keys.mean(dim=(0, 1))  # (H,)
 
 
 def train_induction(model: nn.Module, *, steps: int = 2000, batch_size: int = 64, seq_len: int = 48,

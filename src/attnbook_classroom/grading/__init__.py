@@ -49,6 +49,7 @@ from attnbook_classroom.grading import ch08_multi_head_attention  # noqa: E402,F
 from attnbook_classroom.grading import ch08b_transformer_block  # noqa: E402,F401
 from attnbook_classroom.grading import ch08c_cross_attention  # noqa: E402,F401
 from attnbook_classroom.grading import ch09_attention_at_scale  # noqa: E402,F401
+from attnbook_classroom.grading import ch12_induction_heads  # noqa: E402,F401
 
 __all__ = ["Feedback", "check", "describe", "parts", "exercise_ids", "EXERCISES", "causal_mask_choices",
            "DEFAULT_TIMEOUT", "HIDDEN_SEED", "get_exercise"]
