@@ -104,23 +104,23 @@ KNOCK_BATCH = 500
 
 @functools.lru_cache(maxsize=1)
 def shipped_heads():
-    """The shipped model, its previous-token head and its induction head (found on the test batch)."""
+    """The shipped model, its previous-token head and its induction head (the highest score of each
+    on the test batch), and every head's scores."""
     from attnbook_tools.induction import load_model, measure_heads, test_batch
 
     model, _ = load_model()
-    scores = measure_heads(model, test_batch())
+    scores = {kind: torch.tensor(table) for kind, table in measure_heads(model, test_batch()).items()}
     found = {}
-    for kind in ("previous_token", "induction"):
-        table = torch.tensor(scores[kind])  # (layers, H)
+    for kind, table in scores.items():  # table (layers, H)
         layer, head = divmod(int(table.argmax()), table.shape[1])
         found[kind] = (layer, head)
-    return model, found
+    return model, found, scores
 
 
 @functools.lru_cache(maxsize=8)
 def knocked_losses(seed: int):
     """Copy loss and accuracy of the shipped model on the seeded batch: whole, and each head knocked out."""
-    model, _ = shipped_heads()
+    model, found, _ = shipped_heads()
     from attnbook_tools.induction import CONFIG, TRAINING
 
     n = TRAINING["segment_len"]
@@ -132,7 +132,7 @@ def knocked_losses(seed: int):
         for layer in range(model.num_layers):
             for head in range(model.num_heads):
                 out[(layer, head)] = copy_loss(model(tokens, knock_out={(layer, head)}), tokens, first, second, n)
-        both = set(shipped_heads()[1].values())
+        both = set(found.values())
         out["both"] = copy_loss(model(tokens, knock_out=both), tokens, first, second, n)
     return {key: (loss.item(), accuracy.item()) for key, (loss, accuracy) in out.items()}
 
@@ -140,7 +140,7 @@ def knocked_losses(seed: int):
 def knock_part(kind: str):
     def run(case):
         got, seed = yield from seeded_answer(("previous_token", "induction"), "torch.Generator().manual_seed")
-        _, found = shipped_heads()
+        _, found, scores = shipped_heads()
         losses = knocked_losses(seed)
         target = found[kind]
         ref, accuracy = losses[target]
@@ -156,7 +156,13 @@ def knock_part(kind: str):
         for other, (loss, _) in losses.items():
             if isinstance(other, tuple) and other != target:
                 role = next((k for k, v in found.items() if v == other), None)
-                which = f"the {role.replace('_', '-')} head" if role else "a head that is neither of the two"
+                if role:
+                    which = f"the {role.replace('_', '-')} head"
+                elif scores[kind][other] > 0.5:
+                    which = (f"another head with a high {name} score ({scores[kind][other]:.2f}); the "
+                             f"question asks for the highest-scoring one")
+                else:
+                    which = "a head that is neither of the two"
                 wrong.append((f"That is the loss with layer {other[0]}, head {other[1]} knocked out, "
                               f"{which}; find the {name} head by its score.", loss))
         check_number(got.get(kind), ref, f"the {name} head knocked out (seed {seed})", wrong,
