@@ -21,7 +21,7 @@ INDUCTION_SCORE = exercise(
     "fn(weights (B, H, L, L), first (B,), second (B,), segment_len) -> (H,): for each head, the mean "
     "weight, over the queries second + k (k = 0 .. segment_len - 2) of every sequence, on the key "
     "first + k + 1: the token right after the earlier occurrence of the query's token.",
-    blocks=["attnbook.tasks.induction.induction_score"])
+    check_blocks=["attnbook.tasks.induction.induction_score"])
 
 
 def score_inputs(case, B, H, L, N):
