@@ -165,6 +165,42 @@ def good_merge_state(a, b):
     return m, c1 * l1 + c2 * l2, c1[..., None] * o1 + c2[..., None] * o2
 
 
+def good_induction_score(w, first, second, n):
+    """Exercise 12.1 written here without attnbook."""
+    k = torch.arange(n - 1)
+    rows = torch.arange(w.shape[0])[:, None]
+    return w.permute(0, 2, 3, 1)[rows, second[:, None] + k, first[:, None] + k + 1].mean(dim=(0, 1))
+
+
+def induction_with(shift=1, start=0, stop=None, reduce=(0, 1)):
+    """Exercise 12.1 with a typical mistake: the key shifted, other queries, another average."""
+    def fn(w, first, second, n):
+        k = torch.arange(start, n - 1 if stop is None else stop)
+        rows = torch.arange(w.shape[0])[:, None]
+        keys = (first[:, None] + k + shift).clamp(max=w.shape[-1] - 1)
+        return w.permute(0, 2, 3, 1)[rows, second[:, None] + k, keys].mean(dim=reduce)
+    return fn
+
+
+def _knock_answer(seed=3, kinds=None, metric=0):
+    """Exercise 12.2 measured here: the shipped model's copy loss with a head knocked out;
+    ``kinds`` maps an answer key to the (layer, head) knocked out (default: the right heads)."""
+    from attnbook.tasks.induction import copy_loss, induction_batch
+    from attnbook_tools.induction import load_model, measure_heads, test_batch
+
+    model, _ = load_model()
+    scores = measure_heads(model, test_batch())
+    heads = {k: {divmod(int(torch.tensor(v).argmax()), 2)} for k, v in scores.items()}
+    heads.update(kinds or {})
+    tokens, first, second = induction_batch(500, 32, 8, 16, generator=torch.Generator().manual_seed(seed))
+    answer = {"seed": seed}
+    with torch.no_grad():
+        for kind in ("previous_token", "induction"):
+            out = copy_loss(model(tokens, knock_out=heads[kind]), tokens, first, second, 8)
+            answer[kind] = out[metric].item()
+    return answer
+
+
 def good_kv_bytes(B, H, S, D, num_layers, dtype):
     return 2 * B * H * S * D * num_layers * torch.tensor([], dtype=dtype).element_size()
 
@@ -531,6 +567,9 @@ GOOD = {
     "grouped_query_attention": gqa_with(),
     "sliding_window_mask": window_with(),
     "window_cache_bytes": WINDOW_CACHE,
+    "induction_score": good_induction_score,
+    "knock_out_heads": None,  # measured: _Lazy computes it
+    "induction_attends": {"induction": 4, "previous_token": 8, "copying": "b"},
 }
 
 # Measured answers (experiments) are computed when a test asks for them.
@@ -538,7 +577,8 @@ GOOD = _Lazy(GOOD, block_spread=_spread_answer, weakest_month_format=_weakest_mo
              padding_fraction=_padding_fraction_answer, helga_length=_helga_answer,
              rearrangement_accuracy=_rearrangement_answer, self_weight=_self_weight_answer,
              mask_after_softmax=_after_softmax_answer, online_softmax_rescales=_rescales_answer,
-             heads_interchangeable=_heads_answer, rotary_extrapolation=_extrapolation_answer)
+             heads_interchangeable=_heads_answer, rotary_extrapolation=_extrapolation_answer,
+             knock_out_heads=_knock_answer)
 
 
 def test_every_exercise_has_a_right_answer_here():
@@ -926,6 +966,29 @@ MISTAKES = [
      "not W + 1"),
     ("window_cache_bytes", {**WINDOW_CACHE, "full": WINDOW_CACHE["full"] // 2}, "full", "keys only"),
     ("window_cache_bytes", {**WINDOW_CACHE, "full": WINDOW_CACHE["full"] // 32}, "full", "layers"),
+    ("induction_score", induction_with(shift=0), "random_weights", "earlier occurrence itself"),
+    ("induction_score", induction_with(shift=2), "one_sequence", "two positions past"),
+    ("induction_score", lambda w, f, s, n: induction_with(stop=n)(w, f, s, n), "random_weights", "last token"),
+    ("induction_score", induction_with(start=1), "random_weights", "left out the copy's first token"),
+    ("induction_score", lambda w, f, s, n: good_induction_score(w, f, s, n) / 2, "random_weights",
+     "first segment"),
+    ("induction_score", lambda w, f, s, n: good_induction_score(w, f, s, n) * (n - 1) / w.shape[-1],
+     "random_weights", "sequence length"),
+    ("induction_score", induction_with(reduce=(1, 2)), "random_weights", "one number per head"),
+    ("induction_score", lambda w, f, s, n: w.diagonal(-1, -2, -1).mean(dim=(0, 2)), "one_sequence",
+     "previous-token score"),
+    ("knock_out_heads", _knock_answer(kinds={"previous_token": {(0, 1)}}), "previous_token", "neither of the two"),
+    ("knock_out_heads", _knock_answer(kinds={"induction": {(1, 1)}}), "induction", "highest-scoring"),
+    ("knock_out_heads", _knock_answer(metric=1), "induction", "ACCURACY"),
+    ("knock_out_heads", _knock_answer(kinds={"induction": set()}), "induction", "no head knocked out"),
+    ("knock_out_heads", {**_knock_answer(), "seed": 3.0}, "previous_token", "expected the int"),
+    ("induction_attends", {"induction": 3, "previous_token": 8, "copying": "B"}, "induction",
+     "earlier 6 itself"),
+    ("induction_attends", {"induction": 10, "previous_token": 8, "copying": "B"}, "induction", "causal mask"),
+    ("induction_attends", {"induction": 4, "previous_token": 4, "copying": "B"}, "previous_token",
+     "induction head looks"),
+    ("induction_attends", {"induction": 4, "previous_token": 8, "copying": "A"}, "copying", "copy fails"),
+    ("induction_attends", {"induction": 4, "previous_token": 8, "copying": "D"}, "copying", "letters"),
 ]
 
 

@@ -36,6 +36,8 @@ MODULE_TAUGHT_IN = {
     "attnbook.train": "chapters/01_seq2seq_bottleneck",
     "attnbook.tasks.dates": "chapters/08c_cross_attention",
     "attnbook.models.encoder_decoder": "chapters/08c_cross_attention",
+    "attnbook.models.attention_only": "chapters/12_induction_heads",
+    "attnbook.tasks.induction": "chapters/12_induction_heads",
 }
 
 # Every public name of the other modules: where it is introduced (None: no chapter teaches it, so

@@ -1,0 +1,206 @@
+"""Induction heads, trained and measured: the shipped runs of chapter 12 and their command.
+
+Each run trains a two-layer :class:`attnbook.models.attention_only.AttentionOnlyTransformer` on
+the induction task of :mod:`attnbook.tasks.induction` (a random segment repeated at a random later
+place) and then measures, on a fixed test batch, what the chapter reads from it:
+
+* the copy loss and accuracy every 10 steps of training (the loss curve and its sudden drop);
+* for every layer and head, the previous-token score and the induction score
+  (:func:`attnbook.tasks.induction.previous_token_score`, :func:`~attnbook.tasks.induction.induction_score`);
+* the copy loss with each head knocked out in turn.
+
+Run it from the repository root (one thread, so that the numbers are the same on every machine)::
+
+    python -m attnbook_tools.induction --seeds 0 1 2
+
+It writes ``induction_seed<k>.pt`` for the seeds in ``--save-seeds`` (default: seed 0; the weights
+rounded to float16, as :func:`attnbook_tools.dates_model.save_model` does) and every run's
+measurements into ``induction_results.json``, all recorded in ``data/manifest.json``.
+
+Shapes:
+    B batch, L sequence length, H heads, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import time
+from collections.abc import Sequence
+
+import torch
+
+from attnbook.models.attention_only import AttentionOnlyTransformer
+from attnbook.tasks.induction import (copy_loss, induction_batch, induction_score, previous_token_score,
+                                      train_induction)
+from attnbook_tools.datafiles import DATA_DIR, DataFileError, load_checkpoint_file, load_json_file, record
+from attnbook_tools.dates_model import save_model
+
+__all__ = ["CONFIG", "TRAINING", "RESULTS_FILE", "TEST_SEED", "TEST_SIZE", "checkpoint_path", "build_model",
+           "test_batch", "measure_heads", "knockout_losses", "train_one", "load_model", "load_results", "run",
+           "main"]
+
+CONFIG = {"vocab_size": 16, "max_len": 32, "embed_dim": 32, "num_heads": 2, "num_layers": 2}
+TRAINING = {"steps": 1500, "batch_size": 32, "seq_len": 32, "segment_len": 8, "lr": 1e-2}
+RESULTS_FILE = "induction_results.json"
+TEST_SEED, TEST_SIZE = 12345, 1000
+
+
+def checkpoint_path(seed: int, data_dir: str | pathlib.Path = DATA_DIR) -> pathlib.Path:
+    """Where the model trained with ``seed`` is saved.
+
+    Shapes:
+        no tensors (a path)
+    """
+    return pathlib.Path(data_dir) / f"induction_seed{seed}.pt"
+
+
+def build_model(seed: int = 0, **config) -> AttentionOnlyTransformer:
+    """The chapter's model with weights seeded by ``seed`` (``config`` overrides :data:`CONFIG`).
+
+    Shapes:
+        tokens (B, L) -> logits (B, L, V)
+    """
+    torch.manual_seed(seed)
+    return AttentionOnlyTransformer(**{**CONFIG, **config})
+
+
+def test_batch(size: int = TEST_SIZE, seed: int = TEST_SEED) -> tuple:
+    """The fixed test sequences every measurement uses.
+
+    Shapes:
+        -> tokens (size, L), first (size,), second (size,)
+    """
+    return induction_batch(size, TRAINING["seq_len"], TRAINING["segment_len"], CONFIG["vocab_size"],
+                           generator=torch.Generator().manual_seed(seed))
+
+
+@torch.no_grad()
+def measure_heads(model: AttentionOnlyTransformer, batch: tuple) -> dict[str, list[list[float]]]:
+    """Every head's previous-token and induction scores on ``batch``, one list per layer.
+
+    Shapes:
+        batch: tokens (B, L), first (B,), second (B,) -> num_layers lists of H floats, twice
+    """
+    tokens, first, second = batch
+    _, weights = model(tokens, need_weights=True)  # num_layers x (B, H, L, L)
+    return {"previous_token": [previous_token_score(w).tolist() for w in weights],
+            "induction": [induction_score(w, first, second, TRAINING["segment_len"]).tolist() for w in weights]}
+
+
+@torch.no_grad()
+def knockout_losses(model: AttentionOnlyTransformer, batch: tuple) -> dict:
+    """The copy loss and accuracy of the whole model, and with each head knocked out in turn.
+
+    Shapes:
+        batch: tokens (B, L), first (B,), second (B,) -> floats; num_layers lists of H floats
+    """
+    tokens, first, second = batch
+    n = TRAINING["segment_len"]
+    loss, accuracy = copy_loss(model(tokens), tokens, first, second, n)
+    out = {"loss": loss.item(), "accuracy": accuracy.item(), "knocked_loss": [], "knocked_accuracy": []}
+    for layer in range(model.num_layers):
+        pairs = [copy_loss(model(tokens, knock_out={(layer, h)}), tokens, first, second, n)
+                 for h in range(model.num_heads)]
+        out["knocked_loss"].append([p[0].item() for p in pairs])
+        out["knocked_accuracy"].append([p[1].item() for p in pairs])
+    return out
+
+
+def train_one(seed: int = 0, steps: int = TRAINING["steps"], **training) -> tuple[AttentionOnlyTransformer,
+                                                                                   list[float], float]:
+    """Build the model with ``seed`` and train it with batches seeded by ``seed``; returns
+    ``(model, loss of every step, seconds)``.
+
+    Shapes:
+        batches of tokens (batch_size, seq_len)
+    """
+    model = build_model(seed)
+    start = time.perf_counter()
+    losses = train_induction(model, **{**TRAINING, **training, "steps": steps, "seed": seed})
+    return model, losses, time.perf_counter() - start
+
+
+def load_model(seed: int = 0, data_dir: str | pathlib.Path = DATA_DIR) -> tuple[AttentionOnlyTransformer, dict]:
+    """The shipped model trained with ``seed``, after its digest and configuration are checked;
+    returns (model in eval mode, config).
+
+    Shapes:
+        the model maps tokens (B, L) -> logits (B, L, V)
+    """
+    saved = load_checkpoint_file(checkpoint_path(seed, data_dir), {**CONFIG, "seed": seed})
+    model = AttentionOnlyTransformer(**CONFIG)
+    wanted = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in saved["state_dict"].items()}
+    if wanted != got:
+        raise DataFileError(f"the checkpoint {str(checkpoint_path(seed, data_dir))!r} does not hold the weights "
+                            f"of the model its config describes")
+    model.load_state_dict({k: v.float() for k, v in saved["state_dict"].items()})
+    return model.eval(), saved["config"]
+
+
+def load_results(data_dir: str | pathlib.Path = DATA_DIR) -> dict:
+    """The results written by :func:`run` (verified against the manifest).
+
+    Shapes:
+        no tensors
+    """
+    return load_json_file(pathlib.Path(data_dir) / RESULTS_FILE)
+
+
+def run(seeds: Sequence[int] = (0, 1, 2), save_seeds: Sequence[int] = (0,), steps: int = TRAINING["steps"],
+        out: str | pathlib.Path = DATA_DIR) -> dict:
+    """Train every seed, measure it, save the chosen checkpoints and the results JSON in ``out``.
+
+    Shapes:
+        no tensors returned: the results dict (see the module docstring)
+    """
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    results_path = out / RESULTS_FILE
+    results = load_results(out) if results_path.is_file() else {}
+    results["setup"] = {**CONFIG, **TRAINING, "steps": steps, "test_seed": TEST_SEED, "test_size": TEST_SIZE}
+    runs = results.setdefault("runs", {})
+    batch = test_batch()
+    for seed in seeds:
+        model, losses, seconds = train_one(seed, steps)
+        written = []
+        if seed in save_seeds:  # rounded to float16 first, so what is measured is what is shipped
+            path = checkpoint_path(seed, out)
+            save_model(model, path, {**CONFIG, **TRAINING, "steps": steps, "seed": seed})
+            written.append(path)
+        model.eval()
+        runs[f"seed{seed}"] = {"seed": seed, "train_seconds": round(seconds, 1),
+                               "loss_every_10": [round(x, 4) for x in losses[::10]],
+                               "heads": measure_heads(model, batch), **knockout_losses(model, batch)}
+        print(f"seed {seed}: {seconds:6.1f} s, copy loss {runs[f'seed{seed}']['loss']:.3f}", flush=True)
+        tmp = results_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+        tmp.replace(results_path)
+        record([*written, results_path], data_dir=out)
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The command line: ``python -m attnbook_tools.induction --help``.
+
+    Shapes:
+        no tensors
+    """
+    parser = argparse.ArgumentParser(prog="python -m attnbook_tools.induction",
+                                     description="Train the attention-only models of chapter 12 on the "
+                                                 "induction task; save checkpoints and measurements.")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--save-seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--steps", type=int, default=TRAINING["steps"])
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1 gives the same numbers on every machine)")
+    parser.add_argument("--out", default=str(DATA_DIR))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    run(args.seeds, args.save_seeds, args.steps, args.out)
+
+
+if __name__ == "__main__":
+    main()
