@@ -242,16 +242,16 @@ def hostile_run(course_folder):
     attacks = notebook([cell for cell, _ in IMPORT_ATTACKS.values()], {name: test for name, (_, test) in IMPORT_ATTACKS.items()})
     search = notebook([SEARCH], {"s": 'check("causal_mask", good, part="square")'})
     saved = notebook(SAVING + [_sharp_scale_solution()], {
-        "saved": 'check("scaled_dot_product_attention", via_saved, part="mask")',
-        "copied": 'check("scaled_dot_product_attention", via_copy, part="mask")',
-        "stashed": 'check("scaled_dot_product_attention", via_stash, part="mask")',
-        "mine": 'check("scaled_dot_product_attention", mine, part="mask")',
+        "saved": 'check("scaled_dot_product_attention", via_saved, part="heads")',
+        "copied": 'check("scaled_dot_product_attention", via_copy, part="heads")',
+        "stashed": 'check("scaled_dot_product_attention", via_stash, part="heads")',
+        "mine": 'check("scaled_dot_product_attention", mine, part="heads")',
         "shapes": 'check("weights_shape", shapes, part="weights")',
         "sharp": 'check("sharp_scale", answer, part="value")'})
     subs = [submission(hostile), submission(killer), submission(after), submission(attacks),
             submission(search, cell_limit=120.0, total_limit=150.0), submission(saved)]
     sleepy = submission(notebook(["import time", "time.sleep(60)", "time.sleep(60)", SAVING[-1]],
-                                 {"z": 'check("scaled_dot_product_attention", mine, part="mask")'}))
+                                 {"z": 'check("scaled_dot_product_attention", mine, part="heads")'}))
     os.environ["ATTNBOOK_TEST_TOKEN"] = TOKEN
     try:
         with Sandbox([course_folder]) as sandbox:

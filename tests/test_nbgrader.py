@@ -108,7 +108,7 @@ class MyMHA(nn.Module):
 
 TESTS = {  # exercise key -> (exercise id, the student's name, parts, the part with a hidden test)
     "softmax": ("masked_softmax", "my_softmax", ["values", "fully_masked", "fp16"], "values"),
-    "attention": ("scaled_dot_product_attention", "my_attention", ["no_mask", "mask", "heads"], "mask"),
+    "attention": ("scaled_dot_product_attention", "my_attention", ["no_mask", "heads", "fp16"], "heads"),
     "selfatt": ("self_attention", "my_self_attention", ["values", "mask"], None),
     "step": ("seq2seq_attention_step", "my_step", ["values", "empty_source"], None),
     "causal": ("causal_mask", "my_causal", ["square", "more_keys"], "more_keys"),
