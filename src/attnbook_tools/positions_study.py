@@ -87,7 +87,8 @@ def delay_loss(logits: Tensor, tokens: Tensor,
     predicted = logits[:, delay:]  # (B, L - delay, V): t = delay ..
     target = tokens[:, :-delay]  # (B, L - delay): delay steps earlier
     V = predicted.shape[-1]
-    loss = F.cross_entropy(predicted.reshape(-1, V), target.reshape(-1))
+    loss = F.cross_entropy(predicted.reshape(-1, V),
+                           target.reshape(-1))
     return loss, predicted.argmax(dim=-1) == target
 
 

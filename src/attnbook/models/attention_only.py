@@ -72,7 +72,7 @@ class AttentionOnlyTransformer(nn.Module):
             tokens (B, L) -> logits (B, L, V)
             [, weights: num_layers x (B, H, L, L)]
         """
-        knock_out = self._check(tokens, need_weights, knock_out)
+        knock_out = self._knock_outs(tokens, need_weights, knock_out)
         # the residual stream: token and position embeddings
         x = self.positions(self.token_embedding(tokens))  # (B, L, E)
         all_weights = []
@@ -88,7 +88,7 @@ class AttentionOnlyTransformer(nn.Module):
             return logits, all_weights
         return logits
 
-    def _check(self, tokens, need_weights, knock_out) -> set[tuple[int, int]]:
+    def _knock_outs(self, tokens, need_weights, knock_out) -> set[tuple[int, int]]:
         where = "AttentionOnlyTransformer.forward"
         check.token_ids(where, "tokens", tokens, self.vocab_size)
         check.flag(where, "need_weights", need_weights)
