@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
-__all__ = ["DATA_DIR", "MANIFEST", "DataFileError", "sha256", "record", "verified",
+__all__ = ["DATA_DIR", "MANIFEST", "DataFileError", "sha256", "record", "write_results", "verified",
            "load_checkpoint_file", "load_json_file"]
 
 DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"
@@ -84,6 +84,20 @@ def record(paths: Iterable[str | pathlib.Path], data_dir: str | pathlib.Path = D
     tmp = _manifest_path(data_dir).with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(_manifest_path(data_dir))
+
+
+def write_results(path: str | pathlib.Path, results: Mapping, written: Iterable[str | pathlib.Path] = ()) -> None:
+    """Write a study's results JSON (sorted keys, one space of indent) in one step, through a
+    temporary file, and record it and the files ``written`` with it in its folder's manifest.
+
+    Shapes:
+        no tensors
+    """
+    path = pathlib.Path(path)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+    record([*written, path], data_dir=path.parent)
 
 
 def verified(path: str | pathlib.Path) -> pathlib.Path:

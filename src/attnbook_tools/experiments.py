@@ -32,7 +32,6 @@ expects). Each refusal is a :class:`attnbook_tools.datafiles.DataFileError` nami
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import re
 import time
@@ -42,7 +41,9 @@ import torch
 
 from attnbook import _checks as check
 from attnbook.tasks.reversal import ReversalTask
-from attnbook_tools.datafiles import DATA_DIR, DataFileError, load_checkpoint_file, load_json_file, record
+from attnbook_tools.datafiles import (
+    DATA_DIR, DataFileError, load_checkpoint_file, load_json_file, record, write_results,
+)
 from attnbook.models.seq2seq import Seq2Seq
 from attnbook.models.builder import SCORE_NAMES, build_model
 from attnbook.train import evaluate, train
@@ -279,10 +280,7 @@ def run(scores: Sequence[str] = SCORE_NAMES, seeds: Sequence[int] = (0,), steps:
             }
             print(f"{score:>10} seed {seed}: {result.seconds:6.1f} s, exact by length "
                   + ", ".join(f"{k}: {v:.2f}" for k, v in evaluation.bucketed().items()), flush=True)
-            tmp = results_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-            tmp.replace(results_path)
-            record([results_path], data_dir=out)
+            write_results(results_path, results)
     return results
 
 

@@ -23,7 +23,6 @@ Shapes:
 from __future__ import annotations
 
 import pathlib
-import json
 import time
 from collections.abc import Sequence
 
@@ -32,7 +31,7 @@ import torch
 from attnbook import _checks as check
 from attnbook.models.transformer import TinyTransformer
 from attnbook.tasks.repeat import evaluate_repeat, train_repeat
-from attnbook_tools.datafiles import DATA_DIR, DataFileError, load_json_file, record
+from attnbook_tools.datafiles import DATA_DIR, DataFileError, load_json_file, write_results
 
 __all__ = ["RESULTS_FILE", "KV_HEADS", "MODEL", "study_model", "train_one", "load_results", "run"]
 
@@ -122,6 +121,5 @@ def run(seeds: Sequence[int] = (0, 1, 2), steps: int = 200, out: str | pathlib.P
             print(f"H_kv={num_kv_heads} seed {seed}: {entry['train_seconds']:6.1f} s, test loss "
                   f"{entry['test_loss']:.4f}, accuracy {entry['test_accuracy']:.3f}", flush=True)
     path = out / RESULTS_FILE
-    path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    record([path], data_dir=out)
+    write_results(path, results)
     return results

@@ -24,7 +24,6 @@ Shapes:
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import time
 from collections.abc import Sequence
@@ -34,7 +33,9 @@ import torch
 from attnbook.models.attention_only import AttentionOnlyTransformer
 from attnbook.tasks.induction import (copy_loss, induction_batch, induction_score, previous_token_score,
                                       train_induction)
-from attnbook_tools.datafiles import DATA_DIR, DataFileError, load_checkpoint_file, load_json_file, record
+from attnbook_tools.datafiles import (
+    DATA_DIR, DataFileError, load_checkpoint_file, load_json_file, write_results,
+)
 from attnbook_tools.dates_model import save_model
 
 __all__ = ["CONFIG", "TRAINING", "RESULTS_FILE", "TEST_SEED", "TEST_SIZE", "checkpoint_path", "build_model",
@@ -175,10 +176,7 @@ def run(seeds: Sequence[int] = (0, 1, 2), save_seeds: Sequence[int] = (0,), step
                                "loss_every_10": [round(x, 4) for x in losses[::10]],
                                "heads": measure_heads(model, batch), **knockout_losses(model, batch)}
         print(f"seed {seed}: {seconds:6.1f} s, copy loss {runs[f'seed{seed}']['loss']:.3f}", flush=True)
-        tmp = results_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-        tmp.replace(results_path)
-        record([*written, results_path], data_dir=out)
+        write_results(results_path, results, written)
     return results
 
 

@@ -43,7 +43,7 @@ from torch import Tensor
 from attnbook import _checks as check
 from attnbook.models.transformer import TinyTransformer
 from attnbook.train import train_steps
-from attnbook_tools.datafiles import DATA_DIR, load_checkpoint_file, load_json_file, record
+from attnbook_tools.datafiles import DATA_DIR, load_checkpoint_file, load_json_file, write_results
 from attnbook_tools.dates_model import round_to_float16, save_model
 
 __all__ = ["POSITION_KINDS", "STUDY", "RESULTS_FILE", "TEST_SEED", "delay_batch", "delay_loss",
@@ -205,7 +205,7 @@ def run(seeds: Sequence[int] = (0, 1, 2), save_seeds: Sequence[int] = (0,), out:
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}
     results["setup"] = {**STUDY, "test_seed": TEST_SEED, "threads": torch.get_num_threads()}
     runs = results.setdefault("runs", {})
-    written = [results_path]
+    written = []
     for seed in seeds:
         for kind in kinds:
             torch.manual_seed(seed)
@@ -232,8 +232,7 @@ def run(seeds: Sequence[int] = (0, 1, 2), save_seeds: Sequence[int] = (0,), out:
             print(f"{kind:>10} seed {seed}: {wall:.1f} s, all by length {entry['trained']['all']}, "
                   f"window {entry.get('window', {}).get('all')}", flush=True)
     results["runs"] = dict(sorted(runs.items()))
-    results_path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    record(written, out)
+    write_results(results_path, results, written)
     return results
 
 

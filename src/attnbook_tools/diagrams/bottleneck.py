@@ -25,6 +25,7 @@ from attnbook.models.seq2seq import Seq2Seq
 from attnbook.tasks.reversal import EOS, SOS, to_symbols
 from attnbook_tools.diagrams.canvas import SMALL_POINTS, TENSOR, Canvas, Style, _hex
 from attnbook_tools.diagrams.description import Description
+from attnbook_tools.diagrams.encoder_decoder import one_source
 
 __all__ = ["draw_bottleneck"]
 
@@ -58,11 +59,8 @@ def draw_bottleneck(model: Seq2Seq, source: Sequence[int] | Tensor, *,
     if not isinstance(model, Seq2Seq) or model.uses_attention:
         raise TypeError(f"{where}: `model` must be a Seq2Seq without attention (the bottleneck model); got "
                         f"{type(model).__name__}" + (" with attention" if isinstance(model, Seq2Seq) else ""))
-    src = torch.as_tensor(source, dtype=torch.long).reshape(1, -1)  # (1, S)
+    src, lengths = one_source(where, source, MAX_SOURCE)  # (1, S), (1,)
     S = src.shape[1]
-    if not 1 <= S <= MAX_SOURCE:
-        raise ValueError(f"{where}: `source` must have 1 to {MAX_SOURCE} tokens to be drawn legibly; got {S}")
-    lengths = torch.tensor([S])  # (1,)
     was_training = model.training
     model.eval()
     try:

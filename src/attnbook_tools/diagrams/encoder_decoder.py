@@ -30,6 +30,19 @@ __all__ = ["draw_encoder_decoder"]
 MAX_SOURCE = 12  # more source tokens than this do not fit the column legibly
 
 
+def one_source(where: str, source: Sequence[int] | Tensor, most: int = MAX_SOURCE) -> tuple[Tensor, Tensor]:
+    """One source sentence as a batch of one, and its length, refused beyond what a drawing fits.
+
+    Shapes:
+        source (S,) -> src (1, S), lengths (1,)
+    """
+    src = torch.as_tensor(source, dtype=torch.long).reshape(1, -1)  # (1, S)
+    S = src.shape[1]
+    if not 1 <= S <= most:
+        raise ValueError(f"{where}: `source` must have 1 to {most} tokens to be drawn legibly; got {S}")
+    return src, torch.tensor([S])
+
+
 @torch.no_grad()
 def draw_encoder_decoder(model: Seq2Seq, source: Sequence[int] | Tensor, *, step: int = 0,
                          symbols: Callable[[Sequence[int]], list[str]] = to_symbols,
@@ -56,11 +69,8 @@ def draw_encoder_decoder(model: Seq2Seq, source: Sequence[int] | Tensor, *, step
     if not isinstance(model, Seq2Seq) or not model.uses_attention:
         raise TypeError(f"{where}: `model` must be a Seq2Seq with an attention decoder; got "
                         f"{type(model).__name__}" + ("" if not isinstance(model, Seq2Seq) else " without attention"))
-    src = torch.as_tensor(source, dtype=torch.long).reshape(1, -1)  # (1, S)
+    src, lengths = one_source(where, source)  # (1, S), (1,)
     S = src.shape[1]
-    if not 1 <= S <= MAX_SOURCE:
-        raise ValueError(f"{where}: `source` must have 1 to {MAX_SOURCE} tokens to be drawn legibly; got {S}")
-    lengths = torch.tensor([S])  # (1,)
     was_training = model.training
     model.eval()
     try:
