@@ -6,6 +6,9 @@ compares are the same on every run. ``glue()`` hands a value or a figure to the 
 (MyST-NB's glue) and falls back to plain display where MyST-NB is not installed (Colab); with a
 figure it stores :func:`attnbook_tools.plots.figure_report` beside it, which the book's tests read.
 
+``glue_bound(name, values, "at most" | "at least")`` glues the number a sentence states as a bound,
+rounded in the bound's safe direction, and asserts every value against the printed number.
+
 ``claim(key, holds, detail)`` asserts what a caption, alt text or sentence says, under the glue key
 of the figure or number it is about (``with claims(key):`` does the same for a block of
 assertions). tests/test_claims.py requires one in the cell that glues every captioned figure.
@@ -16,11 +19,12 @@ from __future__ import annotations
 import os
 import random
 from contextlib import contextmanager
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 import numpy as np
 import torch
 
-__all__ = ["setup", "seed_everything", "glue", "claim", "claims"]
+__all__ = ["setup", "seed_everything", "glue", "glue_bound", "claim", "claims"]
 
 
 def seed_everything(seed: int = 0) -> None:
@@ -62,7 +66,7 @@ def setup(seed: int = 0) -> None:
         pass
 
 
-def glue(name: str, value, display: bool = False):
+def glue(name: str, value, display: bool = False, _meta: dict | None = None):
     """Make ``value`` (a number, a string or a matplotlib figure) available to the page's prose
     as ``{glue:text}`name``` or ``{glue:figure} name``. Without MyST-NB the value is shown.
 
@@ -101,15 +105,53 @@ def glue(name: str, value, display: bool = False):
     bundle, metadata = format_display_data(value)
     prefix = "" if display else GLUE_PREFIX
     metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}
+    if _meta:
+        metadata["attnbook"] = dict(_meta)
     if is_figure:
         from attnbook_tools.plots import figure_report
 
-        metadata["attnbook"] = {"figure": figure_report(value)}
+        metadata.setdefault("attnbook", {})["figure"] = figure_report(value)
     _display({prefix + mime: data for mime, data in bundle.items()}, raw=True, metadata=metadata)
     if is_figure:  # the figure is stored by glue; close it so it is not shown twice
         import matplotlib.pyplot as plt
 
         plt.close(value)
+
+
+_BOUNDS = {"at most": ROUND_CEILING, "at least": ROUND_FLOOR}
+
+
+def glue_bound(name: str, values, bound: str, digits: int = 2) -> float:
+    """Glue the number that a sentence states as a bound, rounded in the bound's safe direction,
+    and assert the sentence as printed.
+
+    ``bound="at most"`` is for "at most x", "no more than x", "no head scores above x": the largest
+    of ``values``, rounded *up* to ``digits`` decimals (0.0146 -> 0.02, never 0.01).
+    ``bound="at least"`` is for "at least x", "no less than x": the smallest, rounded *down*
+    (2.756 -> 2.75, never 2.76). Every value is then asserted against the printed number, so the
+    sentence holds as the reader reads it. The prose shows it with the same digits,
+    ``{glue:text}`name:.2f```; tests/test_bounds.py refuses a bound word before a glued number that
+    did not come through here. Prefer the measured value itself wherever the sentence is about one
+    result: "reached 0.434", not "at most 0.44". Returns the printed number.
+
+    Shapes:
+        values: a number, or a tensor or array of any shape (every element is bounded)
+    """
+    if bound not in _BOUNDS:
+        raise ValueError(f"glue_bound {name!r}: `bound` must be 'at most' or 'at least'; got {bound!r}")
+    if not isinstance(digits, int) or isinstance(digits, bool) or digits < 0:
+        raise ValueError(f"glue_bound {name!r}: `digits` must be an int >= 0; got {digits!r}")
+    flat = [float(v) for v in np.asarray(torch.as_tensor(values).detach().cpu(), dtype=float).ravel()]
+    if not flat or any(v != v for v in flat):
+        raise ValueError(f"glue_bound {name!r}: `values` must be non-empty numbers without NaN; got {flat!r}")
+    worst = max(flat) if bound == "at most" else min(flat)
+    printed = float(Decimal(repr(worst)).quantize(Decimal(1).scaleb(-digits), rounding=_BOUNDS[bound]))
+    if bound == "at most":
+        claim(name, all(v <= printed for v in flat), f"largest {worst!r} above the printed {printed}")
+    else:
+        claim(name, all(v >= printed for v in flat), f"smallest {worst!r} below the printed {printed}")
+    glue(name, printed, _meta={"bound": bound, "digits": digits})
+    return printed
 
 
 def claim(key: str, holds, detail: str = "") -> None:
