@@ -75,3 +75,29 @@ def test_claims_names_the_key_of_a_failing_block(raises_naming):
     with raises_naming(AssertionError, "'fig-b'"):
         with notebook.claims("fig-b"):
             torch.testing.assert_close(torch.ones(2), torch.zeros(2))
+
+
+@pytest.mark.parametrize("values, bound, digits, printed", [
+    (torch.tensor([0.0146, 0.003]), "at most", 2, 0.02),   # rounded up: 0.01 would be false
+    (0.2944, "at most", 2, 0.30),
+    (0.29, "at most", 2, 0.29),                            # exact: not pushed up a step
+    (np.array([2.756, 3.1]), "at least", 2, 2.75),         # rounded down: 2.76 would be false
+    (1.2565, "at least", 3, 1.256),
+])
+def test_glue_bound_rounds_in_the_safe_direction(published, values, bound, digits, printed):
+    assert notebook.glue_bound("b", values, bound, digits) == printed
+    (bundle, metadata), = published
+    assert float(bundle["application/papermill.record/text/plain"]) == printed
+    assert metadata["attnbook"] == {"bound": bound, "digits": digits}
+    every = np.atleast_1d(np.asarray(torch.as_tensor(values)))
+    assert (every <= printed).all() if bound == "at most" else (every >= printed).all()
+
+
+def test_glue_bound_refuses_what_it_cannot_print_truly(published, raises_naming):
+    with raises_naming(ValueError, "`bound`", "'below'"):
+        notebook.glue_bound("b", 0.5, "below")
+    with raises_naming(ValueError, "`values`", "NaN"):
+        notebook.glue_bound("b", torch.tensor([0.1, float("nan")]), "at most")
+    with raises_naming(ValueError, "`digits`"):
+        notebook.glue_bound("b", 0.5, "at most", digits=-1)
+    assert not published
