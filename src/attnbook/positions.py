@@ -101,19 +101,19 @@ def apply_rotary(x: Tensor, positions: Tensor,
     """Rotary positions: turn each pair of coordinates of ``x`` by an
     angle that grows with the position.
 
-    Pair j, j = 0 .. D/2 - 1, turns by
-    ``angle_j = position · base^(-2j/D)``. Rotating queries and keys
+    Pair n, n = 0 .. D/2 - 1, turns by
+    ``angle_n = position · base^(-2n/D)``. Rotating queries and keys
     this way makes their dot product depend on the positions only
     through their offset: a query at p and a key at p - k score as
     they would at any other p with the same k.
 
-    Which coordinates form pair j is a convention, and two are in use:
+    Which coordinates form pair n is a convention; two are in use:
 
-    * ``layout="half"``: coordinates j and j + D/2 (the first half of
-      the vector with the second half), as GPT-NeoX and Hugging Face's
-      ``rotate_half`` do;
-    * ``layout="interleaved"``: coordinates 2j and 2j + 1, as RoFormer
-      and Meta's reference Llama code do.
+    * ``layout="half"``: coordinates n and n + D/2 (the first half
+      of the vector with the second half), as in GPT-NeoX and
+      Hugging Face's ``rotate_half``;
+    * ``layout="interleaved"``: coordinates 2n and 2n + 1, as in
+      RoFormer and Meta's reference Llama code.
 
     The two give the same scores once the rows of W_Q and W_K are
     permuted to match (Hugging Face's conversion of Meta's Llama
@@ -128,8 +128,9 @@ def apply_rotary(x: Tensor, positions: Tensor,
         positions: the integer position of each of the L rows of
             ``x``.
         base: the slowest pair turns at ``base^(-(D-2)/D)`` radians
-            per position, nearly ``1 / base`` (Llama's ``rope_theta``).
-        layout: "half" or "interleaved", which coordinates form a pair.
+            per position, nearly ``1 / base`` (Llama's
+            ``rope_theta``).
+        layout: "half" or "interleaved": which coordinates pair up.
 
     Shapes:
         x (..., L, D), positions (L,) -> (..., L, D)
@@ -141,17 +142,18 @@ def apply_rotary(x: Tensor, positions: Tensor,
     D = x.shape[-1]
     mps = x.device.type == "mps"  # MPS has no float64
     exact = torch.float32 if mps else torch.float64
-    pairs = torch.arange(0, D, 2, dtype=exact, device=x.device)  # 2j
+    pairs = torch.arange(0, D, 2, dtype=exact, device=x.device)  # 2n
     rates = 1.0 / base ** (pairs / D)  # (D/2,)
     angles = positions.to(exact)[:, None] * rates  # (L, D/2)
     cos = angles.cos().to(x.dtype)  # (L, D/2)
     sin = angles.sin().to(x.dtype)  # (L, D/2)
-    if layout == "half":  # coordinate j pairs with j + D/2
+    if layout == "half":  # coordinate n pairs with n + D/2
         x1, x2 = x[..., : D // 2], x[..., D // 2 :]  # (..., L, D/2)
-    else:  # coordinate 2j pairs with 2j + 1
+    else:  # coordinate 2n pairs with 2n + 1
         x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., L, D/2) each
     turned_1 = x1 * cos - x2 * sin  # (..., L, D/2)
     turned_2 = x2 * cos + x1 * sin  # (..., L, D/2)
     if layout == "half":
         return torch.cat([turned_1, turned_2], dim=-1)  # (..., L, D)
-    return torch.stack([turned_1, turned_2], dim=-1).flatten(-2)  # (..., L, D)
+    both = torch.stack([turned_1, turned_2], -1)  # (..., L, D/2, 2)
+    return both.flatten(-2)  # (..., L, D): 2n, 2n + 1 side by side
