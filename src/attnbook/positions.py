@@ -3,7 +3,7 @@
 Two common choices add a vector to the inputs: fixed sinusoids (Vaswani et al., 2017) and a
 learned table (one trainable vector per position, as in GPT-style models and
 :class:`attnbook.models.transformer.TinyTransformer`). Today's models rotate the queries and keys
-instead (rotary positions, Su et al., 2021, as in Llama): :func:`apply_rotary` turns each pair of
+instead (rotary positions, Su et al., 2021, as in Llama and most models since): :func:`apply_rotary` turns each pair of
 coordinates by an angle proportional to the position, so that the score of a query and a key
 depends only on how far apart they are.
 
@@ -11,7 +11,7 @@ Shapes:
     L positions, E model width, D per-head width.
     sinusoidal_positions -> (L, E)
     LearnedPositions: x (B, L, E) -> (B, L, E)
-    apply_rotary: x (..., L, D), positions (L,) -> (..., L, D)
+    apply_rotary: x (..., L, D), positions (L,) -> (..., L, D), either layout of the pairs
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ def sinusoidal_positions(
     Args:
         num_positions: L, how many positions.
         embed_dim: E, an even width.
-        base: the longest wavelength is ``2π · base``.
+        base: the slowest pair turns at ``base^(-(E-2)/E)`` radians per position, nearly
+            ``1 / base``.
         offset: the first position (for tokens that follow a cached prefix).
 
     Shapes:
@@ -95,16 +96,28 @@ class LearnedPositions(nn.Module):
 
 
 def apply_rotary(x: Tensor, positions: Tensor,
-                 base: float = 10000.0) -> Tensor:
+                 base: float = 10000.0, *,
+                 layout: str = "half") -> Tensor:
     """Rotary positions: turn each pair of coordinates of ``x`` by an
     angle that grows with the position.
 
-    Coordinate i is paired with coordinate i + D/2 (Llama's "rotate
-    half" layout), and pair j turns by
-    ``angle_j = position · base^(-2j/D)``, j = 0 .. D/2 - 1. Rotating
-    queries and keys this way makes their dot product depend on the
-    positions only through their offset: a query at p and a key at
-    p - k score as they would at any other p with the same k.
+    Pair n, n = 0 .. D/2 - 1, turns by
+    ``angle_n = position · base^(-2n/D)``. Rotating queries and keys
+    this way makes their dot product depend on the positions only
+    through their offset: a query at p and a key at p - k score as
+    they would at any other p with the same k.
+
+    Which coordinates form pair n is a convention; two are in use:
+
+    * ``layout="half"``: coordinates n and n + D/2 (the first half
+      of the vector with the second half), as in GPT-NeoX and
+      Hugging Face's ``rotate_half``;
+    * ``layout="interleaved"``: coordinates 2n and 2n + 1, as in
+      RoFormer and Meta's reference Llama code.
+
+    The two give the same scores once the rows of W_Q and W_K are
+    permuted to match (Hugging Face's conversion of Meta's Llama
+    weights does this); with the same weights they do not.
 
     The angles are computed in float64 (float32 on Apple's MPS, which
     has no float64), then cast to ``x``'s dtype, so that a float64
@@ -114,23 +127,33 @@ def apply_rotary(x: Tensor, positions: Tensor,
         x: queries or keys, D even.
         positions: the integer position of each of the L rows of
             ``x``.
-        base: the longest wavelength is ``2π · base`` (Llama's
+        base: the slowest pair turns at ``base^(-(D-2)/D)`` radians
+            per position, nearly ``1 / base`` (Llama's
             ``rope_theta``).
+        layout: "half" or "interleaved": which coordinates pair up.
 
     Shapes:
         x (..., L, D), positions (L,) -> (..., L, D)
     """
     check.rotary_inputs("apply_rotary", x, positions, base)
+    check.that(layout in ("half", "interleaved"), "apply_rotary",
+               lambda: f"`layout` must be 'half' or 'interleaved'; "
+                       f"got {layout!r}")
     D = x.shape[-1]
     mps = x.device.type == "mps"  # MPS has no float64
     exact = torch.float32 if mps else torch.float64
-    pairs = torch.arange(0, D, 2, dtype=exact, device=x.device)  # 2j
+    pairs = torch.arange(0, D, 2, dtype=exact, device=x.device)  # 2n
     rates = 1.0 / base ** (pairs / D)  # (D/2,)
     angles = positions.to(exact)[:, None] * rates  # (L, D/2)
     cos = angles.cos().to(x.dtype)  # (L, D/2)
     sin = angles.sin().to(x.dtype)  # (L, D/2)
-    # coordinate i pairs with i + D/2
-    x1, x2 = x[..., : D // 2], x[..., D // 2 :]  # (..., L, D/2) each
+    if layout == "half":  # coordinate n pairs with n + D/2
+        x1, x2 = x[..., : D // 2], x[..., D // 2 :]  # (..., L, D/2)
+    else:  # coordinate 2n pairs with 2n + 1
+        x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., L, D/2) each
     turned_1 = x1 * cos - x2 * sin  # (..., L, D/2)
     turned_2 = x2 * cos + x1 * sin  # (..., L, D/2)
-    return torch.cat([turned_1, turned_2], dim=-1)  # (..., L, D)
+    if layout == "half":
+        return torch.cat([turned_1, turned_2], dim=-1)  # (..., L, D)
+    both = torch.stack([turned_1, turned_2], -1)  # (..., L, D/2, 2)
+    return both.flatten(-2)  # (..., L, D): 2n, 2n + 1 side by side
