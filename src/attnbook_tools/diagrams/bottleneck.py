@@ -89,7 +89,7 @@ def draw_bottleneck(model: Seq2Seq, source: Sequence[int] | Tensor, *,
     cw = min(0.58, span_w / max(S, L))
     xs = [span_x0 + (j + 0.5) * cw for j in range(max(S, L))]
     y_tok, y_enc, y_bn, y_dec, y_out = 0.5, 1.3, 2.35, 3.35, 4.1
-    bw, bh = cw - 0.1, 0.4  # a state's box
+    bw, bh = cw - 0.24, 0.4  # a state's box, narrow enough that the arrow between two states shows
     # the encoder: source tokens and one state per token, each from the last state and the next token
     canvas.cells("source", (span_x0, y_tok + 0.18), (cw, 0.36), [list(range(S))], {j: TENSOR for j in range(S)},
                  meaning={}, symbols={}, texts=[words], record=False)
@@ -118,6 +118,10 @@ def draw_bottleneck(model: Seq2Seq, source: Sequence[int] | Tensor, *,
         if t:
             canvas.arrow(f"s{t}", f"s{t + 1}", record=False)
             canvas.arrow((xs[t - 1] + 0.12, y_out - 0.18), (xs[t] - 0.12, y_dec + bh / 2), record=False)
+    # the first step reads <sos>, the token that starts every output
+    x_sos = span_x0 - 0.3  # left of the first token written
+    canvas.text(x_sos, y_out, symbols([SOS])[0], size=SMALL_POINTS)
+    canvas.arrow((x_sos + 0.1, y_out - 0.13), (xs[0] - 0.12, y_dec + bh / 2), record=False)
     canvas.arrow((xs[0], y_bn + 0.31), "s1", record_as=("bottleneck", "decoder_states"),
                  label="the decoder starts from it", label_xy=(xs[0] + 0.1, (y_bn + y_dec) / 2), label_ha="left")
     canvas.cells("output", (span_x0, y_out + 0.18), (cw, 0.36), [list(range(L))], {t: TENSOR for t in range(L)},
@@ -138,7 +142,8 @@ def draw_bottleneck(model: Seq2Seq, source: Sequence[int] | Tensor, *,
         "greedy_decode agrees": True,
     }
     summary = (f"The encoder reads the S = {S} source tokens {' '.join(words)} one at a time into the states "
-               f"h_1 to h_{S}. Only the last, h_{S}, {width} numbers for the whole source, is passed on: it is "
-               f"the bottleneck, drawn dark. The decoder starts from it and writes {' '.join(out_words)}, one "
-               f"token per state, reading each token it wrote at the next step and never the encoder again.")
+               f"h_1 to h_{S}, each made from the one before it and the next token. Only the last, h_{S}, {width} numbers for the whole source, is passed on: it is "
+               f"the bottleneck, drawn dark. The decoder starts from it, reads {symbols([SOS])[0]} and writes "
+               f"{' '.join(out_words)}, one token per state, reading each token it wrote at the next step and "
+               f"never the encoder again.")
     return canvas.finish(summary, facts)

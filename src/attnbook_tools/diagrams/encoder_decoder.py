@@ -108,13 +108,16 @@ def draw_encoder_decoder(model: Seq2Seq, source: Sequence[int] | Tensor, *, step
     # source tokens and encoder states, one column per position
     for j in range(S):
         canvas.box(f"x{j + 1}", words[j], (xs[j], y_tok), (cw - 0.08, 0.34), show_shape=False, record=False)
-        canvas.box(f"h{j + 1}", f"$h_{{{j + 1}}}$", (xs[j], y_enc), (cw - 0.08, 0.4), show_shape=False,
+        # narrower than a token's box, so that the arrow from one state to the next shows
+        canvas.box(f"h{j + 1}", f"$h_{{{j + 1}}}$", (xs[j], y_enc), (cw - 0.22, 0.4), show_shape=False,
                    record=False)
         canvas.arrow(f"x{j + 1}", f"h{j + 1}", record=False)
+        if j:
+            canvas.arrow(f"h{j}", f"h{j + 1}", record=False)
     canvas.tensor_label("source", "source tokens", 0.1, y_tok, shape=src.shape, letters="B, S", ha="left")
     canvas.tensor_label("encoder_states", "encoder states", 0.1, y_enc,
                         shape=encoder_states.shape, letters="B, S, Dk", ha="left")
-    canvas.link("source", "encoder_states", "encoder GRU")
+    canvas.link("source", "encoder_states", "encoder GRU, one token at a time")
     # the weights: one cell per source position, shaded and labelled by the weight
     cmap = colormaps["cividis"]
     styles = {j: Style(_hex(cmap(w[j]))) for j in range(S)}
@@ -156,7 +159,8 @@ def draw_encoder_decoder(model: Seq2Seq, source: Sequence[int] | Tensor, *, step
         "greedy_decode agrees": True,
     }
     summary = (f"At output step {step} the decoder state is the query: it is scored against each of the "
-               f"S = {S} encoder states of the source {' '.join(words)}. The softmax weights are drawn as a "
+               f"S = {S} encoder states of the source {' '.join(words)}, each made from the one before it and "
+               f"the next source token. The softmax weights are drawn as a "
                f"strip of numbers and as arrows whose width follows the weight; the largest, {w[j_max]:.2f}, "
                f"is on h_{j_max + 1}, the state after reading {words[j_max]}. The weighted sum of the encoder "
                f"states is the context c, from which the GRU cell and the output layer write {written}.")
