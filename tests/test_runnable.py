@@ -508,34 +508,29 @@ def test_playground_source_keeps_the_code_and_refuses_what_indenting_would_chang
         playground_source("# Check: a\n%time assert x")
 
 
-def _run(nb, strict: bool, monkeypatch):
-    from nbclient import NotebookClient
-
-    if strict:
-        monkeypatch.setenv("ATTNBOOK_STRICT_CHECKS", "1")
-    else:
-        monkeypatch.delenv("ATTNBOOK_STRICT_CHECKS", raising=False)
-    NotebookClient(nb, timeout=60, kernel_name="python3").execute()
-    return nb
-
-
 def test_a_check_that_a_change_breaks_explains_itself_and_the_notebook_runs_on(monkeypatch):
     """A student asks about another word: the check prints what it expected and what this run gave,
     and the next cell runs; under ATTNBOOK_STRICT_CHECKS=1 (make nbval-runnable) the check fails."""
-    from nbclient.exceptions import CellExecutionError
+    from nbclient import NotebookClient
     from runnable.edition import playground_source
 
-    check = '# Check: cat gets the largest weight\ntop = "sat"  # the student asked about another word\nassert top == "cat", top'
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(playground_source(check)),
-                                         nbformat.v4.new_code_cell('print("the next cell ran")')])
-    soft = _run(nbformat.from_dict(nb), strict=False, monkeypatch=monkeypatch)
-    note = "".join(o.get("text", "") for o in soft.cells[0].outputs)
-    assert all(o.output_type == "stream" for o in soft.cells[0].outputs), soft.cells[0].outputs
-    assert "This check does not hold for your run." in note and "\n    sat\n" in note
-    assert "(the check that failed: assert top == \"cat\", top)" in note and "runs on" in note
-    assert soft.cells[1].outputs[0].text == "the next cell ran\n"
-    with pytest.raises(CellExecutionError, match="AssertionError"):
-        _run(nbformat.from_dict(nb), strict=True, monkeypatch=monkeypatch)
+    monkeypatch.delenv("ATTNBOOK_STRICT_CHECKS", raising=False)
+    check = playground_source('# Check: cat gets the largest weight\ntop = "sat"  # the student asked about another '
+                              'word\nassert (top ==\n        "cat"), top')
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(check),
+                                         nbformat.v4.new_code_cell('print("the next cell ran")'),
+                                         nbformat.v4.new_code_cell('import os\nos.environ["ATTNBOOK_STRICT_CHECKS"] = "1"'),
+                                         nbformat.v4.new_code_cell(check)])
+    NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True).execute()
+    soft, after, strict = nb.cells[0].outputs, nb.cells[1].outputs, nb.cells[3].outputs
+    note = "".join(o.get("text", "") for o in soft)
+    assert all(o.output_type == "stream" for o in soft), soft
+    assert note.startswith('This check does not hold for your run:\n    assert (top ==\n            "cat"), top\n'
+                           'Your run gave: sat\n'), note
+    words = " ".join(note.split())
+    assert "no longer holds is expected" in words and "the notebook runs on" in words
+    assert after[0].text == "the next cell ran\n"
+    assert [(o.output_type, o.get("ename")) for o in strict] == [("error", "AssertionError")], strict
 
 
 def test_the_student_environment_carries_every_package_a_chapter_imports():

@@ -14,6 +14,7 @@ book's edition, so the tests still fail on any claim the shipped code no longer 
 
 from __future__ import annotations
 
+import linecache
 import os
 import sys
 import textwrap
@@ -31,27 +32,32 @@ def strict_checks() -> bool:
 
 
 def _failing_line(exc: BaseException) -> str:
-    """The statement of the check cell that failed (the outermost frame of the traceback)."""
+    """The statement of the check cell that failed (the outermost frame of the traceback), all of
+    its lines, indented as one block."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__]
-    return (frames[0].line or "").strip() if frames else ""
+    if not frames:
+        return ""
+    frame = frames[0]
+    last = getattr(frame, "end_lineno", None) or frame.lineno
+    lines = [linecache.getline(frame.filename, n).rstrip() for n in range(frame.lineno, last + 1)]
+    if not any(lines):
+        return (frame.line or "").strip()
+    return textwrap.dedent("\n".join(lines)).strip("\n")
 
 
 def _note(exc: AssertionError) -> str:
-    said = str(exc).strip() or "(the assertion gives no message)"
+    said = str(exc).strip() or "(the check gives no message)"
     line = _failing_line(exc)
-    lines = ["This check does not hold for your run.",
-             "",
-             "The book's text and the outputs this notebook shipped with are from the book's own run,",
-             "and this cell checks what the text says about that run. Your run gave:",
-             ""]
-    lines += textwrap.wrap(said, width=88, initial_indent="    ", subsequent_indent="    ")
-    if line:
-        lines += ["", f"    (the check that failed: {line})"]
-    lines += ["",
-              "After you change an input, a setting or the code, that is expected: the claim describes",
-              "the book's run. The rest of this check was skipped and the notebook runs on. For the",
-              "book's numbers again, undo your change and run the notebook from the top. If you",
-              "changed nothing, the book has a bug: please report it with this note."]
+    lines = ["This check does not hold for your run" + (":" if line else ".")]
+    lines += [f"    {piece}" for piece in line.splitlines()]
+    lines += textwrap.wrap(f"Your run gave: {said}", width=96, subsequent_indent="    ")
+    lines += [""]
+    lines += textwrap.wrap(
+        "The book's text, and the outputs this notebook came with, are from the book's own run, and this "
+        "check tests what the text says about that run. After you change an input, a setting or the code, "
+        "a check that no longer holds is expected. The rest of this check was skipped; the notebook runs "
+        "on. For the book's numbers again, undo your change and run the notebook from the top. If you "
+        "changed nothing, the book has a bug: please report it with this note.", width=96)
     return "\n".join(lines)
 
 
