@@ -182,7 +182,8 @@ else:
 
 def _multiline_strings(source: str) -> bool:
     tokens = tokenize.generate_tokens(io.StringIO(source).readline)
-    return any(t.type == tokenize.STRING and t.start[0] != t.end[0] for t in tokens)
+    strings = {tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}  # f-strings: Python 3.12+
+    return any(t.type in strings and t.start[0] != t.end[0] for t in tokens)
 
 
 def playground_source(source: str, docname: str = "") -> str:
@@ -415,7 +416,7 @@ def runnable_notebook(source: pathlib.Path, book: Book, edition: set[str] | None
     converter = MarkdownConverter(book=book, docname=docname, glued=glued, link=_link_within(edition, book))
 
     cells = [install_cell(book, chapter_packages(nb))]
-    noted = False
+    noted = not any(_is_check(c, _tags(c)) for c in nb.cells)  # a note on the checks, if there are any
     origin: dict[int, int] = {}  # source cell index -> index in `cells`, for glued figures
     for index, cell in enumerate(nb.cells):
         tags = _tags(cell)
