@@ -190,6 +190,7 @@ def test_a_runnable_notebook_runs_in_jupyterlab_and_its_slider_redraws_the_figur
             "() => document.querySelector('.jp-Notebook').innerText.includes('Description of the figure')")
         text = notebook.inner_text()
         assert "Figure 0.1." in text and "0.78" in text  # a caption, and a glued number in the prose
+        assert "This notebook is yours to change." in text  # what its checks do, under the title
         for raw in ("{glue", "{numref}", "{doc}", ":::", "```{"):
             assert raw not in text, f"{raw} is shown in JupyterLab"
         # ... then every cell runs.
