@@ -140,9 +140,9 @@ FILLED ?= _build/runnable-filled
 # kernels other than the ones that stored it. Its checks run strict (ATTNBOOK_STRICT_CHECKS=1): a
 # claim that fails fails the test, where a student's notebook prints a note and runs on.
 
-# A student's environment, apart from .venv: the library, the chapters' tooling and JupyterLab
-# (pyproject.toml's `lab` extra, at the versions requirements.txt pins), without the instructor's
-# nbgrader, the website's build or the tests.
+# A student's environment, apart from .venv: the library, the chapters' tooling, what the chapters
+# import besides (pytest, transformers) and JupyterLab (pyproject.toml's `lab` extra, at the versions
+# requirements.txt pins), without the instructor's nbgrader, the website's build or the tests.
 LAB_VENV ?= .venv-lab
 LAB_PY := $(abspath $(LAB_VENV))/bin/python
 # A kernelspec of LAB_VENV's Python for the tests, in its own folder (found through JUPYTER_PATH;
