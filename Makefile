@@ -135,18 +135,29 @@ LAB_ARGS ?=
 FILLED ?= _build/runnable-filled
 # `make nbval-runnable` runs the filled copies (the edition with its exercises answered from the
 # chapters' solutions, stored outputs kept) under nbval on the other numeric path, one notebook at
-# a time: the edition runs top to bottom in a fresh kernel, and every stored output is checked a
-# second time, on kernels other than the ones that stored it.
+# a time: the edition runs top to bottom in a fresh kernel of the student's environment (LAB_VENV,
+# through its kernelspec `attnbook-lab`), and every stored output is checked a second time, on
+# kernels other than the ones that stored it. Its checks run strict (ATTNBOOK_STRICT_CHECKS=1): a
+# claim that fails fails the test, where a student's notebook prints a note and runs on.
 
-# A student's environment, apart from .venv: the library, the chapters' tooling and JupyterLab
-# (pyproject.toml's `lab` extra, at the versions requirements.txt pins), without the instructor's
-# nbgrader, the website's build or the tests.
+# A student's environment, apart from .venv: the library, the chapters' tooling, what the chapters
+# import besides (pytest, transformers) and JupyterLab (pyproject.toml's `lab` extra, at the versions
+# requirements.txt pins), without the instructor's nbgrader, the website's build or the tests.
 LAB_VENV ?= .venv-lab
 LAB_PY := $(abspath $(LAB_VENV))/bin/python
+# A kernelspec of LAB_VENV's Python for the tests, in its own folder (found through JUPYTER_PATH;
+# JupyterLab's launcher does not list it).
+LAB_KERNEL := attnbook-lab
+LAB_KERNELS := $(abspath $(LAB_VENV))/test-kernel
+NBVAL_STUDENT := ATTNBOOK_STRICT_CHECKS=1 JUPYTER_PATH=$(LAB_KERNELS)/share/jupyter PYTHONPATH=tests \
+	$(PY) -m pytest -q -p no:cacheprovider -p nbval_meaning --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
+	--nbval-kernel-name $(LAB_KERNEL)
 $(LAB_VENV)/.installed: requirements.txt pyproject.toml
 	@test -x $(LAB_PY) || python3 -m venv $(LAB_VENV)
 	$(LAB_PY) -m pip install --quiet --disable-pip-version-check -c requirements.txt setuptools
 	$(LAB_PY) -m pip install --quiet --disable-pip-version-check -c requirements.txt --no-build-isolation -e ".[lab]"
+	$(LAB_PY) -m ipykernel install --prefix $(LAB_KERNELS) --name $(LAB_KERNEL) \
+		--display-name "Python 3 (the book's student environment)" >/dev/null 2>&1
 	@touch $@
 
 lab-venv: $(LAB_VENV)/.installed
@@ -163,8 +174,9 @@ runnable: venv
 runnable-filled: venv
 	PYTHONPATH=src/bookbuild $(PY) -m runnable fill --out $(FILLED)
 
-nbval-runnable: runnable-filled
-	$(OTHER_NUMERIC_PATH) $(NBVAL) $(FILLED)/*.ipynb
+# NB=name.ipynb (or several) runs only those filled copies.
+nbval-runnable: runnable-filled lab-venv
+	$(OTHER_NUMERIC_PATH) $(NBVAL_STUDENT) $(if $(NB),$(addprefix $(FILLED)/,$(notdir $(NB))),$(FILLED)/*.ipynb)
 
 execute: venv
 	@test -n "$(NB)" || { echo "usage: make execute NB=chapters/X.ipynb"; exit 2; }

@@ -52,7 +52,8 @@ SKIPPED_KEYS = frozenset({
     "application/papermill.record/image/svg+xml",
 })
 # Values handed to the prose by glue(): always the repr of the value, so a float is full precision.
-GLUED_TEXT = "application/papermill.record/text/plain"
+GLUE_PREFIX = "application/papermill.record/"
+GLUED_TEXT = GLUE_PREFIX + "text/plain"
 
 # A number standing on its own: not part of a name (fp16, x6, ipykernel_12) or of a version (2.13.0).
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?!\w)(?!\.\d)")
@@ -198,8 +199,13 @@ def compare_text(reference: str, computed: str, tolerance: Tolerance | None = No
     return None
 
 
-def _flatten(cell: IPyNbCell, outputs) -> dict[str, list]:
-    """nbval's layout: every output key (data flattened to its MIME types) -> its values in order."""
+class _Glued(str):
+    """The text of a value stored by glue(), compared as what a kernel without MyST-NB shows."""
+
+
+def _flatten(cell: IPyNbCell, outputs, shown_glue: bool = False) -> dict[str, list]:
+    """nbval's layout: every output key (data flattened to its MIME types) -> its values in order.
+    With ``shown_glue``, a glued value's record counts as the plain output that shows it."""
     flat: dict[str, list] = {}
     for output in transform_streams_for_comparison(outputs):
         for key, value in output.items():
@@ -207,8 +213,12 @@ def _flatten(cell: IPyNbCell, outputs) -> dict[str, list]:
                 continue
             items = value.items() if key == "data" else [(key, value)]
             for name, item in items:
+                item = cell.sanitize(item)
+                if shown_glue and name.startswith(GLUE_PREFIX):
+                    name = name.removeprefix(GLUE_PREFIX)
+                    item = _Glued(item) if isinstance(item, str) else item
                 if name not in SKIPPED_KEYS:
-                    flat.setdefault(name, []).append(cell.sanitize(item))
+                    flat.setdefault(name, []).append(item)
     return flat
 
 
@@ -225,7 +235,12 @@ class MeaningCell(IPyNbCell):
 
     def compare_outputs(self, test, ref, skip_compare=None):
         self.comparison_traceback = []
-        computed, stored = _flatten(self, test), _flatten(self, ref)
+        computed = _flatten(self, test)
+        # A kernel without MyST-NB (the student's environment, where `make nbval-runnable` runs the
+        # runnable edition) shows a glued value instead of storing it: the stored record is then
+        # compared with what the kernel showed, at a glued value's full precision.
+        shown_glue = not any(key.startswith(GLUE_PREFIX) for key in computed)
+        stored = _flatten(self, ref, shown_glue)
         if set(stored) != set(computed):
             self.comparison_traceback.append(
                 f"outputs differ in kind: stored {sorted(stored)}, computed {sorted(computed)}")
@@ -239,7 +254,7 @@ class MeaningCell(IPyNbCell):
             for old, new in zip(stored_values, computed_values):
                 if isinstance(old, str) and isinstance(new, str):
                     difference = compare_text(old, new, getattr(self, "tolerance", None),
-                                              full_precision=key == GLUED_TEXT)
+                                              full_precision=key == GLUED_TEXT or isinstance(old, _Glued))
                 else:
                     difference = None if old == new else "the values differ"
                 if difference is not None:

@@ -155,6 +155,10 @@ CASES = {
     "a glued float is full precision": (
         _SHOW.format(data={"application/papermill.record/text/plain": "0.755"}),
         {"application/papermill.record/text/plain": "0.756"}, {}, False),
+    "a glued value shown by a kernel without MyST-NB": (
+        _SHOW.format(data={"text/plain": "0.755"}), {"application/papermill.record/text/plain": "0.755"}, {}, True),
+    "a glued value shown, still full precision": (
+        _SHOW.format(data={"text/plain": "0.756"}), {"application/papermill.record/text/plain": "0.755"}, {}, False),
     "different pixels, same figure": (
         _SHOW.format(data={"image/png": _PNG_A, "text/plain": "<Figure size 640x360 with 1 Axes>"}),
         {"image/png": _PNG_B, "text/plain": "<Figure size 640x360 with 1 Axes>"}, {}, True),

@@ -468,3 +468,130 @@ def test_the_site_ignores_the_edition_and_the_workspace():
     for folder in (EDITION_DIR, "chapters/workspace"):
         assert folder in config["exclude_patterns"] and f"{folder}/*" in config["exclude_patterns"]
     assert "chapters/workspace/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+# --- a playground, not a trap: the checks of the runnable edition --------------------------------
+
+
+def _checks(nb) -> list:
+    return [c for c in nb.cells[:exercises_start(nb.cells)]
+            if c.cell_type == "code" and "hide-input" in c.metadata.get("tags", [])
+            and re.match(r"^\s*#\s*Check\b", c.source)]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_every_check_runs_its_code_as_a_playground_and_the_notebook_says_so(chapter):
+    from runnable.edition import playground_source
+
+    checks = _checks(source(chapter))
+    by_id = {c.id: c for c in edition(chapter).cells}
+    for check in checks:
+        assert by_id[check.id].source == playground_source(check.source), (
+            f"{chapter.stem}: the check {check.source.splitlines()[0]!r} is not run by playground_check")
+    notes = [c for c in edition(chapter).cells if c.cell_type == "markdown"
+             and "`# Check:`" in c.source and "runs on" in c.source]
+    assert len(notes) == 1 and edition(chapter).cells.index(notes[0]) == 2, (
+        f"{chapter.stem}: the note on the checks is not once, under the title")
+
+
+def test_playground_source_keeps_the_code_and_refuses_what_indenting_would_change():
+    from runnable.edition import playground_source
+
+    check = "# Check: x is three\n# (and y follows)\nassert x == 3, x\n\ny = x + 1"
+    wrapped = playground_source(check)
+    assert wrapped == ("# Check: x is three\n# (and y follows)\n"
+                       "from attnbook_tools.playground import playground_check\n"
+                       "with playground_check():\n    assert x == 3, x\n\n    y = x + 1")
+    with pytest.raises(RunnableError, match="string over several lines"):
+        playground_source('# Check: a\nassert x, """one\ntwo"""')
+    with pytest.raises(RunnableError, match="IPython syntax"):
+        playground_source("# Check: a\n%time assert x")
+
+
+def test_a_check_that_a_change_breaks_explains_itself_and_the_notebook_runs_on(monkeypatch):
+    """A student asks about another word: the check prints what it expected and what this run gave,
+    and the next cell runs; under ATTNBOOK_STRICT_CHECKS=1 (make nbval-runnable) the check fails."""
+    from nbclient import NotebookClient
+    from runnable.edition import playground_source
+
+    monkeypatch.delenv("ATTNBOOK_STRICT_CHECKS", raising=False)
+    check = playground_source('# Check: cat gets the largest weight\ntop = "sat"  # the student asked about another '
+                              'word\nassert (top ==\n        "cat"), top')
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(check),
+                                         nbformat.v4.new_code_cell('print("the next cell ran")'),
+                                         nbformat.v4.new_code_cell('import os\nos.environ["ATTNBOOK_STRICT_CHECKS"] = "1"'),
+                                         nbformat.v4.new_code_cell(check)])
+    NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True).execute()
+    soft, after, strict = nb.cells[0].outputs, nb.cells[1].outputs, nb.cells[3].outputs
+    note = "".join(o.get("text", "") for o in soft)
+    assert all(o.output_type == "stream" for o in soft), soft
+    assert note.startswith('This check does not hold for your run:\n    assert (top ==\n            "cat"), top\n'
+                           'Your run gave: sat\n'), note
+    words = " ".join(note.split())
+    assert "no longer holds is expected" in words and "the notebook runs on" in words
+    assert after[0].text == "the next cell ran\n"
+    assert [(o.output_type, o.get("ename")) for o in strict] == [("error", "AssertionError")], strict
+
+
+def test_the_student_environment_carries_every_package_a_chapter_imports():
+    import ast
+    import sys
+    import tomllib
+
+    from runnable.edition import STUDENT_PACKAGES, _python, chapter_packages
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+    def packages(extra: str) -> set[str]:
+        found = set()
+        for requirement in extras[extra]:
+            name = re.split(r"[<>=\[ ;]", requirement, maxsplit=1)[0].lower()
+            found |= packages(requirement[len("attnbook["):-1]) if name == "attnbook" else {name}
+        return found
+
+    lab = packages("lab") | {"torch", "attnbook", "attnbook_tools", "attnbook_classroom"}
+    imported = set()
+    for chapter in CHAPTERS:
+        for cell in edition(chapter).cells:
+            if cell.cell_type == "code":
+                for node in ast.walk(_python(cell.source)):
+                    if isinstance(node, ast.Import):
+                        imported |= {a.name.split(".")[0] for a in node.names}
+                    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                        imported.add(node.module.split(".")[0])
+    missing = sorted(m for m in imported - lab if m not in sys.stdlib_module_names)
+    assert not missing, f"the chapters import {missing}, which pyproject.toml's `lab` extra does not carry"
+    assert set(STUDENT_PACKAGES) <= packages("lab") - packages("book")
+    pins = (ROOT / "requirements.txt").read_text().splitlines()
+    for chapter in CHAPTERS:  # the Colab cell installs what the chapter imports beyond `book`, pinned
+        needed = chapter_packages(source(chapter))
+        first = edition(chapter).cells[0].source
+        for package in needed:
+            pin = next(line for line in pins if line.startswith(f"{package}=="))
+            assert f'"{pin}"' in first, f"{chapter.stem}: its Colab cell does not install {pin}"
+    assert chapter_packages(source(BOOK.path("chapters/11_grouped_query_and_sliding_window"))) == ["transformers"]
+
+
+def test_make_lab_allows_root_only_as_root_and_runs_one_thread():
+    from runnable.__main__ import lab_command, lab_environment
+
+    work = pathlib.Path("/tmp/work")
+    assert "--allow-root" in lab_command(work, [], euid=0)
+    assert "--allow-root" not in lab_command(work, [], euid=1000)
+    assert lab_command(work, ["--allow-root"], euid=0).count("--allow-root") == 1
+    assert lab_environment({})["OMP_NUM_THREADS"] == "1" and lab_environment({})["MKL_NUM_THREADS"] == "1"
+    assert lab_environment({"OMP_NUM_THREADS": "4"})["OMP_NUM_THREADS"] == "4"  # the student's choice stays
+    start = ROOT / ".binder" / "start"  # Binder: the same single thread
+    assert start.stat().st_mode & 0o111 and "OMP_NUM_THREADS" in start.read_text()
+    assert start.read_text().rstrip().endswith('exec "$@"')
+
+
+def test_nbval_runnable_runs_the_students_environment_with_strict_checks():
+    import subprocess
+
+    dry = subprocess.run(["make", "-n", "--no-print-directory", "nbval-runnable"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    run = next(line for line in dry.splitlines() if "--nbval " in line)
+    assert "--nbval-kernel-name attnbook-lab" in run and "--nbval-current-env" not in run
+    assert "ATTNBOOK_STRICT_CHECKS=1" in run and "test-kernel/share/jupyter" in run
+    assert "ipykernel install --prefix" in dry or (ROOT / ".venv-lab" / ".installed").is_file()

@@ -70,6 +70,14 @@ def test_check_cells_fold_behind_show_the_check(page):
     assert "# Check: the line falls" in page[check:check + 2000]
 
 
+def test_each_fold_is_named_by_its_visible_prompt(page):
+    """No fold carries MyST-NB's fixed name "Toggle hidden content": its summary is named by the
+    prompt it shows (the browser tests check the accessible names in Chromium)."""
+    assert "Toggle hidden content" not in page
+    summary = page[page.rindex("<summary", 0, page.index("Show the check")):page.index("Show the check")]
+    assert summary.startswith("<summary>"), summary
+
+
 @pytest.mark.parametrize("docname,number", [
     ("chapters/03_scaled_dot_product", "3"), ("chapters/05b_four_scores", "5b"),
     ("chapters/00_attention_at_a_glance", "0"), ("chapters/notation", None), ("chapters/intro", None),

@@ -1,5 +1,5 @@
-"""Sphinx extension: figure numbers per chapter, a "Show the check" toggle on check cells, and each
-inline script once per page.
+"""Sphinx extension: figure numbers per chapter, a "Show the check" toggle on check cells, folds
+named by their own prompts, and each inline script once per page.
 
 Figures, tables and listings are numbered within their chapter, with the chapter's own number
 taken from its file name: the second figure of ``chapters/03_scaled_dot_product`` is Figure 3.2,
@@ -9,6 +9,11 @@ number them through the whole book, or by toctree position (which the notation p
 
 A check cell (tagged ``hide-input``, first line ``# Check: ...``; see tests/test_cells.py) is folded
 behind "Show the check" instead of "Show code cell source", unless its metadata names its own prompt.
+
+Every fold is announced by its own prompt: MyST-NB gives the ``<summary>`` of a folded cell the
+accessible name "Toggle hidden content" (an ``aria-label``), which a screen reader says instead of
+the visible "Show the check" or "Show the solution" (axe's ``label-content-name-mismatch``). The
+label is removed, so the summary's name is its visible text.
 
 Sphinx 7.4 lists an inline script that an extension adds while the documents are read (such as
 sphinx-thebe's ``const THEBE_JS_URL = ...``) twice on every page: once as added, and again when the
@@ -59,6 +64,17 @@ def label_check_cells(app, doctree) -> None:
             cell["prompt_show"], cell["prompt_hide"] = "Show the check", "Hide the check"
 
 
+# What MyST-NB 1.4 writes for a folded cell (myst_nb.sphinx_.visit_HideCellInput).
+FOLD_SUMMARY = '<summary aria-label="Toggle hidden content">'
+
+
+def folds_named_by_their_prompts(app, pagename, templatename, context, doctree) -> None:
+    """html-page-context: a fold's summary is named by its visible prompt, not by a fixed label."""
+    body = context.get("body")
+    if body and FOLD_SUMMARY in body:
+        context["body"] = body.replace(FOLD_SUMMARY, "<summary>")
+
+
 def one_copy_of_each_script(app, pagename, templatename, context, doctree) -> None:
     scripts = context.get("script_files")
     if not scripts:
@@ -76,4 +92,5 @@ def setup(app):
     app.connect("env-get-updated", number_per_chapter, priority=900)  # after the toctree collector
     app.connect("doctree-read", label_check_cells)
     app.connect("html-page-context", one_copy_of_each_script)
+    app.connect("html-page-context", folds_named_by_their_prompts)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,7 +1,9 @@
 """The runnable edition in a real JupyterLab, started by `make lab`, driven in headless Chromium.
 
-`make lab` copies the edition into a fresh working folder and serves JupyterLab on 127.0.0.1 (a
-free port, a token). The test opens chapter 0, checks that its stored outputs show before anything
+That every runnable notebook runs top to bottom in the student's environment is proved by
+`make nbval-runnable`, which runs each one in a kernel of `.venv-lab`; this test checks what only a
+browser shows. `make lab` (as root too: it adds `--allow-root` itself) copies the edition into a
+fresh working folder and serves JupyterLab on 127.0.0.1 (a free port, a token). The test opens chapter 0, checks that its stored outputs show before anything
 runs (every image the file stores, captions, glued numbers), runs every cell, then moves the
 temperature slider of its control (an `attnbook_tools.widgets.explore` control: an ipywidgets VBox of a
 SelectionSlider above an ipywidgets Image shown from a blob URL), with the keyboard and then with
@@ -82,8 +84,6 @@ def lab(tmp_path_factory):
     port, token = _free_port(), secrets.token_hex(16)
     args = (f"--port={port} --no-browser --IdentityProvider.token={token} --LabApp.expose_app_in_browser=True "
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate")
-    if os.geteuid() == 0:  # CI runs as root; Jupyter refuses root unless told
-        args += " --allow-root"
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(state / "runtime"),
                JUPYTERLAB_WORKSPACES_DIR=str(state / "workspaces"), JUPYTERLAB_SETTINGS_DIR=str(state / "settings"))
     # Every cell stays in the page (JupyterLab otherwise renders only the cells in view).
@@ -190,6 +190,7 @@ def test_a_runnable_notebook_runs_in_jupyterlab_and_its_slider_redraws_the_figur
             "() => document.querySelector('.jp-Notebook').innerText.includes('Description of the figure')")
         text = notebook.inner_text()
         assert "Figure 0.1." in text and "0.78" in text  # a caption, and a glued number in the prose
+        assert "This notebook is yours to change." in text  # what its checks do, under the title
         for raw in ("{glue", "{numref}", "{doc}", ":::", "```{"):
             assert raw not in text, f"{raw} is shown in JupyterLab"
         # ... then every cell runs.

@@ -210,6 +210,27 @@ def test_hidden_cells_are_collapsed_behind_a_toggle(visit, name):
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
+def test_each_fold_is_announced_by_its_own_prompt(visit, name):
+    """A screen reader names each fold (a check, a solution, hidden code) by the prompt it shows:
+    the accessible name of its summary contains the visible text (axe's label-content-name-mismatch),
+    not one label for every fold."""
+    from playwright.sync_api import expect
+
+    page = visit(name).page
+    summaries = page.locator("details > summary")
+    folds = [summaries.nth(i) for i in range(summaries.count())]
+    folds = [s for s in folds if s.is_visible()]
+    if not folds:
+        pytest.skip(f"{name}: no fold")
+    for i, summary in enumerate(folds):
+        visible = " ".join(summary.inner_text().split())
+        assert visible, f"{name}: fold {i} shows no prompt"
+        label = summary.get_attribute("aria-label")
+        assert label is None or visible in label, f"{name}: fold {i} shows {visible!r} but is named {label!r}"
+        expect(summary).to_have_accessible_name(re.compile(re.escape(visible)), timeout=2_000)
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
 def test_sidebar_reaches_every_chapter(visit, name):
     report = visit(name)
     hrefs = report.page.eval_on_selector_all(

@@ -23,7 +23,12 @@ renderer) into its runnable edition:
   runs and shows the live control;
 - every code cell before the exercises keeps the chapter's stored outputs and gets an execution
   count, 1, 2, ... in reading order (the chapter ran them all, top to bottom); the exercises in
-  student form have not run, so they have neither.
+  student form have not run, so they have neither;
+- it is a playground: each folded check cell (tagged ``hide-input``, first line ``# Check: ...``)
+  runs its unchanged code inside ``with playground_check():`` (:func:`playground_source`), which
+  prints a note instead of stopping the notebook when a student's change makes the check fail
+  (:mod:`attnbook_tools.playground`; ``make nbval-runnable`` runs it strict), and a note under the
+  title says once what these cells are (:func:`checks_note`).
 
 :func:`filled_copy` is the other direction, for checking: the runnable edition with the source's
 solutions and the source's stored outputs put back into the exercise cells, so that nbval can run
@@ -35,8 +40,10 @@ from __future__ import annotations
 import ast
 import copy
 import hashlib
+import io
 import pathlib
 import re
+import tokenize
 
 import nbformat
 
@@ -45,7 +52,8 @@ from runnable.book import Book, RunnableError
 from runnable.myst import FigureBlock, MarkdownConverter
 
 __all__ = ["EDITION_DIR", "install_cell", "runnable_notebook", "student_exercise_cells", "glued_values",
-           "website_only_output", "exercises_start", "filled_copy"]
+           "website_only_output", "exercises_start", "filled_copy", "playground_source", "checks_note",
+           "STUDENT_PACKAGES", "chapter_packages"]
 
 EDITION_DIR = "chapters/runnable"  # relative to the book's root; not in the table of contents
 GLUE_PREFIX = "application/papermill.record/"
@@ -57,6 +65,14 @@ SITE_ONLY, RUNNABLE_ONLY = "site-only", "runnable-only"
 SITE_TAGS = {REMOVE_CELL, REMOVE_INPUT, REMOVE_OUTPUT, HIDE_CELL, HIDE_INPUT, HIDE_OUTPUT, SITE_ONLY, RUNNABLE_ONLY}
 # Output metadata that marks a control's state computed for the website (an image per state).
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+# A folded check: tagged hide-input, first line `# Check: ...` (as the website's book_pages finds it).
+CHECK_FIRST_LINE = re.compile(r"^\s*#\s*Check\b")
+PLAYGROUND_IMPORT = "from attnbook_tools.playground import playground_check"
+# Packages some chapters import beyond the library's `book` extra; pyproject.toml's `lab` extra
+# (make lab, Binder) carries them, and a chapter's Colab cell installs the ones it imports, at the
+# versions requirements.txt pins. tests/test_runnable.py keeps this list, the chapters' imports and
+# the `lab` extra in step.
+STUDENT_PACKAGES = ("pytest", "transformers")
 
 
 # --- hooks that other parts of the book decide -------------------------------------------------
@@ -101,11 +117,42 @@ def student_exercise_cells(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 # --- the Colab install cell --------------------------------------------------------------------
 
 
-def install_cell(book: Book) -> nbformat.NotebookNode:
+def _pins(root: pathlib.Path) -> dict[str, str]:
+    """requirements.txt's pins, name -> ``name==version``."""
+    pins, path = {}, pathlib.Path(root) / "requirements.txt"
+    for line in (path.read_text(encoding="utf-8").splitlines() if path.is_file() else []):
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            pins[line.split("==", 1)[0].strip().lower()] = line
+    return pins
+
+
+def chapter_packages(nb: nbformat.NotebookNode) -> list[str]:
+    """The packages of :data:`STUDENT_PACKAGES` that the chapter's code cells import."""
+    imported = set()
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(_python(cell.source)):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    return [p for p in STUDENT_PACKAGES if p in imported]
+
+
+def install_cell(book: Book, packages: list[str] = ()) -> nbformat.NotebookNode:
     """The first cell of every runnable notebook: in Colab it clones the book's repository (the
-    address in ``_config.yml``) and installs its package; elsewhere it checks that the package is
-    importable and says how to install it if not."""
+    address in ``_config.yml``) and installs its package, with the ``packages`` the chapter imports
+    beyond it (at requirements.txt's pins); elsewhere it checks that the package is importable and
+    says how to install it if not."""
     folder = "/content/" + book.repository_url.rsplit("/", 1)[-1]
+    pins = _pins(book.root)
+    missing = [p for p in packages if p not in pins]
+    if missing:
+        raise RunnableError(f"requirements.txt pins no version of {', '.join(missing)}, which a chapter imports")
+    extra = "".join(f', "{pins[p]}"' for p in packages)
+    also = f"\n    # (and {', '.join(pins[p] for p in packages)}, which this chapter imports)" if packages else ""
     source = f'''# In Google Colab, run this cell first: it fetches the book and installs its package.
 # Anywhere else (JupyterLab, Binder, Jupyter) it only checks that the package is installed.
 import sys
@@ -118,8 +165,9 @@ if "google.colab" in sys.modules:
     if not os.path.isdir(BOOK):
         subprocess.run(["git", "clone", "--depth", "1", "--branch", "{book.branch}",
                         "{book.repository_url}", BOOK], check=True)
-    # the library and the chapters' tooling; Colab's own torch satisfies the library's range
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-e", BOOK + "[book]"], check=True)
+    # the library and the chapters' tooling; Colab's own torch satisfies the library's range{also}
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-e", BOOK + "[book]"{extra}],
+                   check=True)
     sys.path.insert(0, os.path.join(BOOK, "src"))
 else:
     try:
@@ -130,6 +178,50 @@ else:
     cell = nbformat.v4.new_code_cell(source, id="install-the-book")
     cell.metadata["tags"] = ["colab-install"]
     return cell
+
+
+def _multiline_strings(source: str) -> bool:
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    strings = {tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}  # f-strings: Python 3.12+
+    return any(t.type in strings and t.start[0] != t.end[0] for t in tokens)
+
+
+def playground_source(source: str, docname: str = "") -> str:
+    """A check cell's code as the runnable edition runs it: its opening comment, then the rest
+    unchanged, indented under ``with playground_check():`` (:mod:`attnbook_tools.playground`)."""
+    lines = source.splitlines()
+    head = 0
+    while head < len(lines) and lines[head].lstrip().startswith("#"):
+        head += 1
+    body = lines[head:]
+    if not "".join(body).strip():
+        return source
+    where = f"{docname}: the check {lines[0].strip()!r}"
+    if _multiline_strings("\n".join(body)):
+        raise RunnableError(f"{where} has a string over several lines, which indenting would change: "
+                            "join its lines or build it with textwrap")
+    if any(line.lstrip().startswith(("%", "!")) for line in body):
+        raise RunnableError(f"{where} uses IPython syntax (% or !), which cannot run inside `with`")
+    wrapped = lines[:head] + [PLAYGROUND_IMPORT, "with playground_check():"]
+    wrapped += [("    " + line) if line.strip() else "" for line in body]
+    result = "\n".join(wrapped)
+    ast.parse(result)
+    return result
+
+
+def checks_note(cell_id: str) -> nbformat.NotebookNode:
+    """The note under a runnable notebook's title that says what its folded checks are."""
+    return nbformat.v4.new_markdown_cell(
+        "> **This notebook is yours to change.** The folded cells that start with `# Check:` verify "
+        "what the text says about the book's own run (its numbers are in the text and in the outputs "
+        "stored here). Change an input, a setting or the code and run it again: if a check no longer "
+        "holds for your run, it prints a note saying what it expected and what your run gave, and the "
+        "notebook runs on. The exercises at the end are different: their tests check your answer.",
+        id=cell_id)
+
+
+def _is_check(cell, tags: list[str]) -> bool:
+    return cell.cell_type == "code" and HIDE_INPUT in tags and CHECK_FIRST_LINE.match(cell.source) is not None
 
 
 def _is_colab_install(cell) -> bool:
@@ -323,7 +415,8 @@ def runnable_notebook(source: pathlib.Path, book: Book, edition: set[str] | None
     edition = edition if edition is not None else {book.docname_of(p, book.root) for p in book.notebooks()}
     converter = MarkdownConverter(book=book, docname=docname, glued=glued, link=_link_within(edition, book))
 
-    cells = [install_cell(book)]
+    cells = [install_cell(book, chapter_packages(nb))]
+    noted = not any(_is_check(c, _tags(c)) for c in nb.cells)  # a note on the checks, if there are any
     origin: dict[int, int] = {}  # source cell index -> index in `cells`, for glued figures
     for index, cell in enumerate(nb.cells):
         tags = _tags(cell)
@@ -342,7 +435,12 @@ def runnable_notebook(source: pathlib.Path, book: Book, edition: set[str] | None
                     cells.append(nbformat.v4.new_markdown_cell(piece, id=piece_id))
                     if cell.get("attachments"):
                         cells[-1].attachments = cell.attachments
+            if not noted:  # under the title
+                cells.append(checks_note(f"about-the-checks-{_short_hash(docname)}"))
+                noted = True
             continue
+        if _is_check(cell, tags):
+            cell.source = playground_source(cell.source, docname)
         if cell.cell_type == "code":
             cell = _code_cell(cell, tags)
         kept = [t for t in tags if t not in SITE_TAGS]
