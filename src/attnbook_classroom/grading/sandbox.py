@@ -2,13 +2,15 @@
 
 :class:`Sandbox` starts the runner (:mod:`.runner`) under bubblewrap (``bwrap``), itself started with
 an empty environment, with no network, its own process numbers and ``/proc`` (the runner is its
-process 1), no capabilities, and a read-only view of only what a chapter's exercises need
+process 1), one capability in its own user namespace (the runner's, to mount a new ``/tmp`` for each
+job; the process that runs a student's code has none), and a read-only view of only what a chapter's exercises need
 (:mod:`.views`): the interpreter and its standard library, the few distributions the chapters use
 (PyTorch with its own attention removed), the runner's modules and a stand-in for the grader, the
 book's ``data/``, and, for each run, a view of the book's library with the graded exercises'
 functions removed at the source. The course folder (its ``source/``, every student's work, the
 gradebook and the course's secret), the grader's references and its sealed answers are not in that
-view at all. The one writable file system is a private ``/tmp`` of :data:`TMP_SIZE` bytes;
+view at all. The one writable file system is a private ``/tmp`` of :data:`TMP_SIZE` bytes, a new one
+for each job (each pass of each notebook);
 ``/dev/shm`` is an empty read-only page. :meth:`Sandbox.run` hands the runner one job and reads back
 its frames, with a size cap on each and a deadline on the whole; nothing it sends is unpickled.
 
@@ -34,7 +36,7 @@ import time
 import torch
 
 from attnbook_classroom.grading import seccomp, views
-from attnbook_classroom.grading.runner import FRAME, MAX_FRAME
+from attnbook_classroom.grading.runner import FRAME, MAX_FRAME, TMP_SIZE
 
 __all__ = ["Sandbox", "SandboxUnavailable", "check_available", "bwrap_command", "TMP_SIZE", "CODE", "VIEW"]
 
@@ -46,7 +48,6 @@ VIEW = "/grading/view"  # inside the sandbox: src/ (this run's view of the libra
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "MPLBACKEND": "Agg",
        "MPLCONFIGDIR": "/tmp/matplotlib", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
        "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
-TMP_SIZE = 64 << 20  # bytes: the sandbox's private /tmp, its only writable file system
 INSTALL_HINT = ("Grading runs each student's code in a bubblewrap sandbox and refuses to grade without "
                 "one. Install it (Debian/Ubuntu: `sudo apt-get install bubblewrap`) on a Linux kernel "
                 "that lets users create user namespaces (Debian's default; on Ubuntu 24.04 and later, "
@@ -81,15 +82,17 @@ def bwrap_command(forbidden: list[str | os.PathLike] = (), layout: pathlib.Path 
         raise SandboxUnavailable("bubblewrap (`bwrap`) is not installed. " + INSTALL_HINT)
     # --as-pid-1: the runner is the sandbox's process 1 (bubblewrap's own reaper would hold the
     # grader's pipes and, as process 1, show its environment at /proc/1/environ).
+    # CAP_SYS_ADMIN of the sandbox's own user namespace (nested in the one that owns its mounts):
+    # the runner mounts a new /tmp for each job with it; its workers drop it before any student code.
     args = [bwrap, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
-            "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv"]
-    if os.geteuid() == 0:
-        args += ["--cap-drop", "ALL"]
+            "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv",
+            "--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN"]
     for key, value in ENV.items():
         args += ["--setenv", key, value]
     # /dev holds the device nodes Python needs; its /dev/shm, which bubblewrap sizes at half the
     # RAM, is an empty read-only tmpfs of one page here. /dev and the root are made read-only at the
-    # end: the private /tmp of TMP_SIZE bytes is the one writable file system.
+    # end: the private /tmp of TMP_SIZE bytes is the one writable file system (the runner mounts a
+    # new one over it for each job).
     args += ["--dev", "/dev", "--size", "4096", "--tmpfs", "/dev/shm", "--remount-ro", "/dev/shm",
              "--proc", "/proc", "--size", str(TMP_SIZE), "--tmpfs", "/tmp"]
     readable = []
