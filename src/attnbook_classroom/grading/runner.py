@@ -7,23 +7,23 @@ output, both in frames (``kind``, ``index``, ``length``, payload).
 
 For each job this *supervisor* mounts a new, empty ``/tmp`` (a tmpfs of :data:`TMP_SIZE` bytes, in
 place of the previous job's, which is dropped whole) and forks a *worker* that gives up every
-capability, sets its resource limits, puts the job's view of the library first on its path (the grader has put it in place, with the
-graded exercises' functions removed at the source), switches off the PyTorch operators the job
-names (:func:`block_operators`), forbids itself to create processes (:mod:`.seccomp`), executes the
-notebook's code cells and then each check's calls of the student's function (:func:`.wire.execute`),
-reporting to the supervisor as it goes. The supervisor never runs student code and never imports
-the library: it enforces the time limits (a cell or a test cell: ``cell_limit`` seconds; the whole
-job: ``total_limit``), kills the worker when one is exceeded or when it writes something that is
-not a frame, records what happened, and forks a new worker that skips the cell or the test cell that
-failed. It is not dumpable, so a worker cannot trace it or open its files in ``/proc``, and as the
-sandbox's process 1 it ignores a worker's signals. Everything crossing to the grader is plain data
-(:mod:`.wire`).
+capability, sets its resource limits, puts the job's view of the library first on its path (the
+grader has put it in place, with the graded exercises' functions removed at the source), switches
+off the PyTorch operators the job names (:func:`block_operators`), forbids itself to create
+processes (:mod:`.seccomp`), executes the notebook's code cells and then each check's calls of the
+student's function (:func:`.wire.execute`), reporting to the supervisor as it goes. The supervisor
+never runs student code and never imports the library: it enforces the time limits (a cell or a test
+cell: ``cell_limit`` seconds; the whole job: ``total_limit``), kills the worker when one is exceeded
+or when it writes something that is not a frame, records what happened, and forks a new worker that
+skips the cell or the test cell that failed. It is not dumpable, so a worker cannot trace it or open
+its files in ``/proc``, and as the sandbox's process 1 it ignores a worker's signals. Everything
+crossing to the grader is plain data (:mod:`.wire`).
 
 To mount a ``/tmp`` per job, the supervisor keeps one capability, ``CAP_SYS_ADMIN`` of the sandbox's
 own user namespace (which owns none of the sandbox's mounts), and works in a mount namespace of its
-own: there it can put a tmpfs over ``/tmp`` and take its own off again, and nothing else (the
-mounts bubblewrap made stay locked and read-only). A worker drops that capability before anything
-of the job runs, so nothing a student writes outlives its own pass: not an emptied folder (a chain
+own: there it can mount a file system over a folder (a tmpfs over ``/tmp``) and take its own mounts
+off again, but it can neither make a mount of bubblewrap's writable nor take one off (they stay
+locked). A worker drops that capability before anything of the job runs, so nothing a student writes outlives its own pass: not an emptied folder (a chain
 of folders deeper than ``PATH_MAX`` survives emptying), a new file system.
 """
 
