@@ -417,15 +417,32 @@ CAPABILITIES = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
                 "                   f\"errno {ctypes.get_errno()}\")")
 
 
-@pytest.fixture(scope="module")
-def stash_run(course_folder):
+@pytest.fixture(scope="module", params=["mounted", "sandbox per job"])
+def stash_run(course_folder, request):
     """One student's two notebooks in one sandbox: the first stashes deep in /tmp in its first pass
-    and reads the stash in its second; the next one reads it too."""
+    and reads the stash in its second; the next one reads it too. Either the runner mounts each
+    job's /tmp, or (where bubblewrap's sandbox is given no capability, as under Ubuntu's stricter
+    AppArmor profile; here bubblewrap is not asked for it) each job gets a new sandbox."""
+    import attnbook_classroom.grading.sandbox as sandbox_module
+
     test = 'check("scaled_dot_product_attention", via_deep, part="heads")'
     first = notebook([DEEP, STASH, SEMAPHORE, CAPABILITIES], {"deep": test})
     later = notebook([DEEP, FOUND], {"later": test})
-    with Sandbox([course_folder]) as sandbox:
-        return grade_in_sandbox([submission(first), submission(later)], sandbox=sandbox)
+    command = sandbox_module.bwrap_command
+    if request.param == "sandbox per job":
+        def without_capability(*args, **kwargs):
+            words = command(*args, **kwargs)
+            at = words.index("--cap-add")
+            return words[:at] + words[at + 2:]
+
+        sandbox_module.bwrap_command = without_capability
+    try:
+        with Sandbox([course_folder]) as sandbox:
+            verdicts = grade_in_sandbox([submission(first), submission(later)], sandbox=sandbox)
+            assert sandbox.renews_tmp == (request.param == "mounted")
+            return verdicts
+    finally:
+        sandbox_module.bwrap_command = command
 
 
 def test_nothing_in_tmp_reaches_the_next_pass(stash_run):
