@@ -76,6 +76,9 @@ def test_composition_removes_the_head_from_one_read_at_a_time():
     # removed from every read of layer 1 (but kept on its direct path), it is nearly the whole knock-out
     knocked = copy_loss(model(tokens, knock_out={(0, 0)}), tokens, first, second, TRAINING["segment_len"])[0]
     assert abs(losses["all three"] - knocked.item()) < 0.2
+    # replacing the head's output by its mean is another removal: the keys still lose most
+    mean = composition_losses(model, batch, head=0, ablation="mean")
+    assert mean != losses and abs(mean["whole"] - whole) < 1e-5 and mean["keys"] > whole + 1.0
 
 
 def test_composition_refuses_bad_arguments():
@@ -83,5 +86,7 @@ def test_composition_refuses_bad_arguments():
     model, _ = load_model(0)
     with pytest.raises(ValueError, match="`head` must be an int in 0..1; got 2"):
         composition_losses(model, fixed_batch(4), head=2)
+    with pytest.raises(ValueError, match="`ablation` must be 'zero' or 'mean'; got 'half'"):
+        composition_losses(model, fixed_batch(4), head=0, ablation="half")
     with pytest.raises(ValueError, match="`model` must have 2 layers"):
         composition_losses(build_model(0, num_layers=3), fixed_batch(4), head=0)

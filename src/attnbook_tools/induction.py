@@ -49,14 +49,13 @@ from attnbook_tools.dates_model import save_model
 
 __all__ = ["CONFIG", "TRAINING", "RESULTS_FILE", "TEST_SEED", "TEST_SIZE", "checkpoint_path", "build_model",
            "test_batch", "measure_heads", "knockout_losses", "head_output", "attend_reading",
-           "composition_losses", "READS", "train_one", "load_model", "load_results", "run",
+           "composition_losses", "train_one", "load_model", "load_results", "run",
            "main"]
 
 CONFIG = {"vocab_size": 16, "max_len": 32, "embed_dim": 32, "num_heads": 2, "num_layers": 2}
 TRAINING = {"steps": 1500, "batch_size": 32, "seq_len": 32, "segment_len": 8, "lr": 1e-2}
 RESULTS_FILE = "induction_results.json"
 TEST_SEED, TEST_SIZE = 12345, 1000
-READS = ("queries", "keys", "values", "all three")  # what composition_losses removes a head from
 
 
 def checkpoint_path(seed: int, data_dir: str | pathlib.Path = DATA_DIR) -> pathlib.Path:
@@ -121,30 +120,36 @@ def knockout_losses(model: AttentionOnlyTransformer, batch: tuple) -> dict:
 
 
 @torch.no_grad()
-def head_output(layer: CausalSelfAttention, x: Tensor, head: int) -> Tensor:
-    """What one head of ``layer`` adds to the residual stream ``x``: its weighted values, through
-    its own D columns of the output projection (the projection's bias belongs to no head).
-
-    Summed over the heads, plus the bias, this is ``layer(x)``'s output.
+def head_output(layer: CausalSelfAttention, x: Tensor,
+                head: int) -> Tensor:
+    """What one head of ``layer`` adds to the residual stream
+    ``x``: its weighted values, through its own D columns of the
+    output projection (the projection's bias belongs to no head).
+    Summed over the heads, plus the bias, this is ``layer(x)[0]``.
 
     Shapes:
         x (B, L, E) -> (B, L, E)
     """
     H, D = layer.num_heads, layer.head_dim
-    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < H:
-        raise ValueError(f"head_output: `head` must be an int in 0..{H - 1}; got {head!r}")
-    _, weights = layer(x, need_weights=True, average_attn_weights=False)  # (B, H, L, L)
+    if (isinstance(head, bool) or not isinstance(head, int)
+            or not 0 <= head < H):
+        raise ValueError(f"head_output: `head` must be an int in "
+                         f"0..{H - 1}; got {head!r}")
+    _, weights = layer(x, need_weights=True,
+                       average_attn_weights=False)  # (B, H, L, L)
     v = split_heads(layer.v_proj(x), H)  # (B, H, L, D)
     context = weights[:, head] @ v[:, head]  # (B, L, D)
-    w_o = layer.out_proj.weight[:, head * D:(head + 1) * D]  # (E, D): the head's columns
+    # the head's own columns of W_O
+    w_o = layer.out_proj.weight[:, head * D:(head + 1) * D]  # (E, D)
     return context @ w_o.T  # (B, L, E)
 
 
 @torch.no_grad()
-def attend_reading(layer: CausalSelfAttention, queries_from: Tensor, keys_from: Tensor,
-                   values_from: Tensor) -> Tensor:
-    """``layer``'s output when its queries, keys and values are projected from three residual
-    streams instead of one (the readable path; the same streams three times give ``layer(x)``).
+def attend_reading(layer: CausalSelfAttention, queries_from: Tensor,
+                   keys_from: Tensor, values_from: Tensor) -> Tensor:
+    """``layer``'s output when its queries, keys and values are
+    projected from three residual streams instead of one (the
+    readable path; one stream three times gives ``layer(x)[0]``).
 
     Shapes:
         queries_from, keys_from, values_from (B, L, E) -> (B, L, E)
@@ -153,42 +158,58 @@ def attend_reading(layer: CausalSelfAttention, queries_from: Tensor, keys_from: 
     q = split_heads(layer.q_proj(queries_from), H)  # (B, H, L, D)
     k = split_heads(layer.k_proj(keys_from), H)  # (B, H, L, D)
     v = split_heads(layer.v_proj(values_from), H)  # (B, H, L, D)
-    L = q.shape[2]
-    context, _ = attention(q, k, v, causal_mask(L, L, q.device))  # (B, H, L, D)
+    mask = causal_mask(q.shape[2], q.shape[2], q.device)  # (L, L)
+    context, _ = attention(q, k, v, mask)  # (B, H, L, D)
     return layer.out_proj(merge_heads(context))  # (B, L, E)
 
 
 @torch.no_grad()
-def composition_losses(model: AttentionOnlyTransformer, batch: tuple, head: int) -> dict[str, float]:
-    """The copy loss with the output of layer 0's ``head`` removed from only what layer 1's queries
-    read, only its keys, only its values, and all three; everything else sees the whole stream
-    (the read-out too, so the head's direct path to the logits is kept).
+def composition_losses(model: AttentionOnlyTransformer, batch: tuple,
+                       head: int, ablation: str = "zero"
+                       ) -> dict[str, float]:
+    """The copy loss with layer 0's ``head`` removed from only what
+    layer 1's queries read, only its keys, only its values, and all
+    three. Everything else reads the whole stream, the read-out too
+    (the head's direct path to the logits is kept).
 
-    A large rise when the head is removed from the keys alone is K-composition: layer 1 finds its
-    keys in what this head wrote. Returns ``{"whole": ..., "queries": ..., "keys": ..., "values": ...,
-    "all three": ...}``.
+    ``ablation="zero"`` removes the head's output; ``"mean"``
+    replaces it with its mean over the batch at each position, which
+    keeps the stream closer to what layer 1 saw in training.
+    Returns {"whole", "queries", "keys", "values", "all three"}.
 
     Shapes:
         batch: tokens (B, L), first (B,), second (B,) -> floats
     """
-    if model.num_layers != 2:
-        raise ValueError(f"composition_losses: `model` must have 2 layers (layer 0 writes, layer 1 reads); "
-                         f"got num_layers={model.num_layers}")
+    _check_composition(model, ablation)
     tokens, first, second = batch
     layer0, layer1 = model.layers
-    x = model.positions(model.token_embedding(tokens))  # (B, L, E): the stream before layer 0
-    stream = x + layer0(x)[0]  # (B, L, E): what layer 1 reads
-    without = stream - head_output(layer0, x, head)  # (B, L, E): the same without the head
+    # the stream before layer 0, and after it: what layer 1 reads
+    x = model.positions(model.token_embedding(tokens))  # (B, L, E)
+    stream = x + layer0(x)[0]  # (B, L, E)
+    removed = head_output(layer0, x, head)  # (B, L, E)
+    without = stream - removed  # (B, L, E): the head taken out
+    if ablation == "mean":  # its mean put back, position by position
+        without = without + removed.mean(dim=0, keepdim=True)
     reads = {"whole": (stream, stream, stream),
              "queries": (without, stream, stream),
              "keys": (stream, without, stream),
              "values": (stream, stream, without),
              "all three": (without, without, without)}
-    n = TRAINING["segment_len"]
-    return {name: copy_loss(model.head(stream + attend_reading(layer1, *streams)), tokens, first, second,
-                            n)[0].item()
-            for name, streams in reads.items()}
+    losses = {}
+    for name, (from_q, from_k, from_v) in reads.items():
+        out = attend_reading(layer1, from_q, from_k, from_v)
+        logits = model.head(stream + out)  # (B, L, V)
+        losses[name] = copy_loss(logits, tokens, first, second,
+                                 TRAINING["segment_len"])[0].item()
+    return losses
 
+
+def _check_composition(model, ablation: str) -> None:
+    if ablation not in ("zero", "mean"):
+        raise ValueError(f"composition_losses: `ablation` must be 'zero' or 'mean'; got {ablation!r}")
+    if model.num_layers != 2:
+        raise ValueError(f"composition_losses: `model` must have 2 layers (layer 0 writes, layer 1 reads); "
+                         f"got num_layers={model.num_layers}")
 
 def train_one(seed: int = 0, steps: int = TRAINING["steps"], **training) -> tuple[AttentionOnlyTransformer,
                                                                                    list[float], float]:
