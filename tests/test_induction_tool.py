@@ -82,10 +82,12 @@ def test_composition_removes_the_head_from_one_read_at_a_time():
 
 
 def test_composition_refuses_bad_arguments():
-    from attnbook_tools.induction import composition_losses
+    from attnbook_tools.induction import composition_losses, head_output
     model, _ = load_model(0)
-    with pytest.raises(ValueError, match="`head` must be an int in 0..1; got 2"):
+    with pytest.raises(ValueError, match=r"composition_losses: `head` must be an int in 0..1 \(a head of layer 0\)"):
         composition_losses(model, fixed_batch(4), head=2)
+    with pytest.raises(ValueError, match="head_output: `head` must be an int in 0..1; got -1"):
+        head_output(model.layers[0], torch.zeros(1, 3, CONFIG["embed_dim"]), -1)
     with pytest.raises(ValueError, match="`ablation` must be 'zero' or 'mean'; got 'half'"):
         composition_losses(model, fixed_batch(4), head=0, ablation="half")
     with pytest.raises(ValueError, match="`model` must have 2 layers"):

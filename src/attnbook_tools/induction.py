@@ -180,7 +180,7 @@ def composition_losses(model: AttentionOnlyTransformer, batch: tuple,
     Shapes:
         batch: tokens (B, L), first (B,), second (B,) -> floats
     """
-    _check_composition(model, ablation)
+    _check_composition(model, head, ablation)
     tokens, first, second = batch
     layer0, layer1 = model.layers
     # the stream before layer 0, and after it: what layer 1 reads
@@ -204,7 +204,10 @@ def composition_losses(model: AttentionOnlyTransformer, batch: tuple,
     return losses
 
 
-def _check_composition(model, ablation: str) -> None:
+def _check_composition(model, head, ablation: str) -> None:
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < model.num_heads:
+        raise ValueError(f"composition_losses: `head` must be an int in 0..{model.num_heads - 1} (a head of "
+                         f"layer 0); got {head!r}")
     if ablation not in ("zero", "mean"):
         raise ValueError(f"composition_losses: `ablation` must be 'zero' or 'mean'; got {ablation!r}")
     if model.num_layers != 2:
