@@ -137,8 +137,8 @@ def run(seeds: Sequence[int] = (0, 1, 2), steps: int = 200, out: str | pathlib.P
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     results = {"setup": {"task": "repeat: 12 random tokens of 16, then the same 12 again; loss on the second half",
-                         "model": {**MODEL, "embed_dim": embed_dim}, "kv_heads": list(KV_HEADS), "steps": steps, "batch_size": 32,
-                         "lr": 3e-3, "weight_decay": 0.01, "test_sequences": 1000}, "runs": {}}
+                         "model": {**MODEL, "embed_dim": embed_dim}, "kv_heads": list(KV_HEADS), "steps": steps,
+                         "batch_size": 32, "lr": 3e-3, "weight_decay": 0.01, "test_sequences": 1000}, "runs": {}}
     for seed in seeds:
         for num_kv_heads in KV_HEADS:
             entry = train_one(num_kv_heads, seed, steps, embed_dim)
