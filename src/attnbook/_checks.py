@@ -13,7 +13,7 @@ check computes nothing for its caller: it returns None (the checks of one number
 ``positive_int``, hand back the number they were given, unchanged). The modules call these
 helpers on every forward, so a message is a ``lambda``, formatted only when its check fails (a
 forward's checks cost about 10 µs; a floating mask's values are checked by one reduction, about
-4 µs). Tensors that go together are
+1 µs). Tensors that go together are
 checked by one helper, :func:`tensors`, from their shapes written as in the docstrings
 ("B, L, E"): one letter is one size in every tensor. The helpers are private (import the module)
 and, being private, carry no type annotations: each docstring says what it accepts.
@@ -174,7 +174,7 @@ def mask(where, name, value, scores_shape, dtype, text="the scores' shape (..., 
          f"must be a bool tensor (True = may attend){f' or a floating {dtype} one (added)' if dtype else ''} or None; "
          f"got {described(value)}", TypeError)
     # one reduction: the largest value is below +inf unless the mask holds a NaN (max passes it on) or a +inf
-    that(value is None or value.dtype == torch.bool or not value.numel() or bool(value.max() < math.inf), where,
+    that(value is None or value.dtype == torch.bool or not value.numel() or value.max().item() < math.inf, where,
          lambda: f"`{name}` must hold finite values or -inf (it is added to the scores; -inf blocks a key); got "
          f"{described(value)} holding {_nonfinite(value)}")
     padding = value is not None and value.dim() == 2 and value.shape == (scores_shape[0], scores_shape[-1])
