@@ -166,6 +166,15 @@ def _nonfinite(value):
     return " and ".join(f"{n} {kind}" for kind, n in counts.items() if n)
 
 
+def mask_values(where, name, value):
+    """None, a bool mask, or a floating mask whose values are finite or -inf (added to the scores, a
+    NaN or a +inf would make a row of weights NaN)."""
+    # one reduction: the largest value is below +inf unless the mask holds a NaN (max passes it on) or a +inf
+    that(value is None or value.dtype == torch.bool or not value.numel() or value.max().item() < math.inf, where,
+         lambda: f"`{name}` must hold finite values or -inf (it is added to the scores; -inf blocks a key); got "
+         f"{described(value)} holding {_nonfinite(value)}")
+
+
 def mask(where, name, value, scores_shape, dtype, text="the scores' shape (..., L, S)"):
     """None, or a mask that broadcasts to ``scores_shape``: bool (True = may attend) or floating of
     ``dtype`` (added to the scores), whose values are finite or -inf (a NaN or a +inf would make a
@@ -173,10 +182,7 @@ def mask(where, name, value, scores_shape, dtype, text="the scores' shape (..., 
     that(value is None or isinstance(value, Tensor) and value.dtype in (torch.bool, dtype), where, lambda: f"`{name}` "
          f"must be a bool tensor (True = may attend){f' or a floating {dtype} one (added)' if dtype else ''} or None; "
          f"got {described(value)}", TypeError)
-    # one reduction: the largest value is below +inf unless the mask holds a NaN (max passes it on) or a +inf
-    that(value is None or value.dtype == torch.bool or not value.numel() or value.max().item() < math.inf, where,
-         lambda: f"`{name}` must hold finite values or -inf (it is added to the scores; -inf blocks a key); got "
-         f"{described(value)} holding {_nonfinite(value)}")
+    mask_values(where, name, value)
     padding = value is not None and value.dim() == 2 and value.shape == (scores_shape[0], scores_shape[-1])
     that(value is None or _broadcast(value.shape, scores_shape) == tuple(scores_shape), where, lambda: f"`{name}` of "
          f"shape {tuple(value.shape)} does not broadcast to {text} = {tuple(scores_shape)}"
@@ -193,12 +199,13 @@ def key_mask(where, value, scores_shape):
 
 
 def combinable_masks(where, masks):
-    """Each mask is None, bool or floating, and they broadcast together."""
+    """Each mask is None, bool or floating (finite values or -inf), and they broadcast together."""
     shapes = []
     for index, value in enumerate(masks):
         that(value is None or isinstance(value, Tensor) and (value.dtype == torch.bool or value.is_floating_point()),
              where, lambda: f"`masks[{index}]` must be a bool or a floating tensor, or None; got {described(value)}",
              TypeError)
+        mask_values(where, f"masks[{index}]", value)
         that(value is None or _broadcast(*shapes, value.shape) is not None, where, lambda: f"`masks[{index}]` of "
              f"shape {tuple(value.shape)} does not broadcast with the masks before it, of shapes {shapes}")
         shapes += [] if value is None else [tuple(value.shape)]

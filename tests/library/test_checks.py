@@ -11,7 +11,7 @@ from attnbook.tasks.reversal import ReversalTask
 from attnbook.attention import Attention
 from attnbook.functional import attention, fused_attention, masked_softmax, split_heads
 from attnbook.kv_cache import KVCache
-from attnbook.masks import causal_mask, padding_mask
+from attnbook.masks import causal_mask, combine_masks, padding_mask
 from attnbook.multihead import CausalSelfAttention, MultiHeadAttention
 from attnbook.positions import LearnedPositions, sinusoidal_positions
 from attnbook.scores import AdditiveScore, BilinearScore, DotScore
@@ -87,7 +87,7 @@ def _float_mask(bad):
     return mask
 
 
-# every public entry point that takes a floating mask (added to the scores) before a softmax
+# every public entry point that takes a floating mask (added to the scores)
 FLOAT_MASK_ENTRIES = {
     "masked_softmax": lambda m: masked_softmax(torch.randn(2, 3, 3), m),
     "attention": lambda m: attention(q, q, q, m),
@@ -96,6 +96,7 @@ FLOAT_MASK_ENTRIES = {
     "Attention": lambda m: Attention(DotScore())(q, q, q, m),
     "MultiHeadAttention.forward": lambda m: MultiHeadAttention(4, 2)(q, q, q, mask=m),
     "MultiHeadAttention.forward (sdpa)": lambda m: MultiHeadAttention(4, 2, backend="sdpa")(q, q, q, mask=m),
+    "combine_masks": lambda m: (combine_masks(causal_mask(3), m),),
 }
 
 
@@ -105,5 +106,6 @@ def test_a_float_mask_holding_nan_or_plus_inf_is_refused(entry, bad, named, rais
     """Added to the scores, a NaN (or a +inf) would make its query's row of weights NaN."""
     call = FLOAT_MASK_ENTRIES[entry]
     assert not call(_float_mask(0.0))[0].isnan().any()  # -inf and finite values are what a float mask holds
-    with raises_naming(ValueError, entry.split(" ")[0] + ":", "`mask`", "finite values or -inf", "(3, 3)", named):
+    argument = "`masks[1]`" if entry == "combine_masks" else "`mask`"
+    with raises_naming(ValueError, entry.split(" ")[0] + ":", argument, "finite values or -inf", "(3, 3)", named):
         call(_float_mask(bad))
