@@ -71,7 +71,7 @@ book: venv vendor
 	@echo "The book is built. Open: file://$(abspath _build/html/index.html) or run: make serve"
 
 # The library's tests run twice: with the other unit tests on this machine's own numeric path, and
-# alongside them on the other numeric path (OTHER_NUMERIC_PATH, below), so that a test whose verdict
+# alongside them on the other numeric path (OTHER_NUMERIC_PATH, above), so that a test whose verdict
 # rounding alone decides fails here rather than on a reader's machine. Their output: LIBRARY_LOG.
 LIBRARY_LOG := _build/library-other-path.log
 unit: venv
@@ -154,7 +154,7 @@ system-packages:
 	[ -x "$${CHROMIUM:-/usr/bin/chromium}" ] || missing="$$missing chromium"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	[ -z "$$missing" ] || { echo "make test needs these system packages, missing here:$$missing."; \
-		echo "Install them (Debian or Ubuntu, as root) with: apt-get install -y$$missing"; exit 1; }
+		echo "Install them (on Debian, as root) with: apt-get install -y$$missing"; exit 1; }
 
 # The runnable edition (chapters/runnable/, committed): the chapters for JupyterLab, Colab and Binder.
 # `make lab` copies it into LAB_DIR, adding only the notebooks missing there, and starts JupyterLab
