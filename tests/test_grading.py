@@ -1220,6 +1220,28 @@ def test_threaded_fallback_reports_timeout_and_result():
     assert status == "timeout"
 
 
+def test_the_bootstrap_of_three_seeds_is_their_range():
+    """Exercise 5b.5's lesson: with three seeds a resample of the lowest seed alone has probability
+    1/27 > 2.5%, so the percentile interval is exactly the range of the per-seed differences, which
+    covers the true difference only 75% of the time for a symmetric spread, not 95%."""
+    from attnbook_classroom.grading.ch05b_four_scores import bootstrap_reference, shipped_long
+
+    for first, second in [("additive", "bilinear"), ("bilinear", "dot")]:
+        a, b = shipped_long(first), shipped_long(second)
+        assert a.shape[0] == 3
+        per_seed = (a - b).mean(dim=1)
+        _, low, high = bootstrap_reference(a, b, 10_000, 0)
+        assert math.isclose(low, per_seed.min().item(), abs_tol=1e-12)
+        assert math.isclose(high, per_seed.max().item(), abs_tol=1e-12)
+    # three normal per-seed differences around a true difference of 0, 300 times
+    generator = torch.Generator().manual_seed(0)
+    covered = 0
+    for n, d in enumerate(torch.randn(300, 3, 1, generator=generator, dtype=torch.float64)):
+        _, low, high = bootstrap_reference(d, torch.zeros_like(d), 1000, n)
+        covered += low <= 0 <= high
+    assert abs(covered / 300 - 0.75) < 0.1, covered
+
+
 def test_instructors_page_lists_every_exercise():
     page = (pathlib.Path(__file__).resolve().parents[1] / "chapters" / "instructors.md").read_text()
     missing = [e for e in grading.exercise_ids() if f"`{e}`" not in page]

@@ -389,6 +389,84 @@ def test_a_student_whose_code_uses_up_their_time_loses_only_what_did_not_run(hos
     assert "used up the grading time a student gets" in verdicts.tests["z"]["messages"][0], verdicts.tests["z"]
 
 
+# What a student could leave in /tmp for a later pass or a later notebook: chapter 0's `attention`
+# (blocked only while the tests run), its source written at the bottom of a chain of folders deeper
+# than PATH_MAX, which no walk by path can empty. Each job's /tmp is a new file system, so neither
+# the second pass of the notebook nor the student's next notebook finds it.
+DEEP = (
+    "import inspect, os\nimport attnbook.functional as functional\n"
+    "def bottom(create=False):  # 24 folders of 200 letters: 4824 bytes of path, made and walked step by step\n"
+    "    fd = os.open('/tmp', os.O_RDONLY | os.O_DIRECTORY)\n    for _ in range(24):\n"
+    "        if create:\n            os.mkdir('d' * 200, dir_fd=fd)\n"
+    "        below = os.open('d' * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)\n"
+    "        os.close(fd)\n        fd = below\n    return fd\n"
+    "def via_deep(q, k, v, mask=None):\n    stash = os.open('stash.py', os.O_RDONLY, dir_fd=bottom())\n"
+    "    namespace = {'__name__': 'stash'}\n    exec(os.read(stash, 1 << 20).decode(), namespace)\n"
+    "    return namespace['attention'](q, k, v, mask)[0]")
+STASH = ("try:\n    os.close(bottom())\nexcept FileNotFoundError:  # the first pass, where the package's attention is\n"
+         "    stash = os.open('stash.py', os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=bottom(create=True))\n"
+         "    os.write(stash, inspect.getsource(functional).encode())\n    os.close(stash)")
+# A System V semaphore outlives the process that made it: a value set in one notebook would be read
+# in the next. And the process that runs a student's code has no capability (it cannot take the
+# new /tmp off to reach the one below).
+SEMAPHORE = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nmade = libc.semget(0x5eed, 1, 0o1600)\n"
+             "raise RuntimeError(f'semget {made} errno {ctypes.get_errno()} set {libc.semctl(made, 0, 16, 1234)}')")
+FOUND = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nfound = libc.semget(0x5eed, 0, 0)\n"
+         "raise RuntimeError(f'semget {found} errno {ctypes.get_errno()} value {libc.semctl(found, 0, 12)}')")
+CAPABILITIES = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                "status = [line for line in open('/proc/self/status') if line.startswith(('CapPrm', 'CapEff', 'CapAmb'))]\n"
+                "raise RuntimeError(f\"{' '.join(''.join(status).split())} umount {libc.umount2(b'/tmp', 2)} \"\n"
+                "                   f\"errno {ctypes.get_errno()}\")")
+
+
+@pytest.fixture(scope="module", params=["mounted", "sandbox per job"])
+def stash_run(course_folder, request):
+    """One student's two notebooks in one sandbox: the first stashes deep in /tmp in its first pass
+    and reads the stash in its second; the next one reads it too. Either the runner mounts each
+    job's /tmp, or (where bubblewrap's sandbox is given no capability, as under Ubuntu's stricter
+    AppArmor profile; here bubblewrap is not asked for it) each job gets a new sandbox."""
+    import attnbook_classroom.grading.sandbox as sandbox_module
+
+    test = 'check("scaled_dot_product_attention", via_deep, part="heads")'
+    first = notebook([DEEP, STASH, SEMAPHORE, CAPABILITIES], {"deep": test})
+    later = notebook([DEEP, FOUND], {"later": test})
+    command = sandbox_module.bwrap_command
+    if request.param == "sandbox per job":
+        def without_capability(*args, **kwargs):
+            words = command(*args, **kwargs)
+            at = words.index("--cap-add")
+            return words[:at] + words[at + 2:]
+
+        sandbox_module.bwrap_command = without_capability
+    try:
+        with Sandbox([course_folder]) as sandbox:
+            verdicts = grade_in_sandbox([submission(first), submission(later)], sandbox=sandbox)
+            assert sandbox.renews_tmp == (request.param == "mounted")
+            return verdicts
+    finally:
+        sandbox_module.bwrap_command = command
+
+
+def test_nothing_in_tmp_reaches_the_next_pass(stash_run):
+    """The second pass, whose view never had `attention`, finds no stash: its /tmp is new (and its
+    cell, finding no stash, writes the source it sees, without the function)."""
+    first, _ = stash_run
+    assert 1 not in first.cells, first.cells  # the chain was made in the first pass
+    assert first.cells[3] == ("RuntimeError: CapPrm: 0000000000000000 CapEff: 0000000000000000 "
+                              "CapAmb: 0000000000000000 umount -1 errno 1"), first.cells[3]
+    deep = first.tests["deep"]
+    assert not deep["passed"] and "attnbook.functional.attention is not available" in deep["messages"][0], deep
+
+
+def test_nothing_in_tmp_reaches_the_students_next_notebook(stash_run):
+    """Neither the stash deep in /tmp nor a System V semaphore reaches the student's next notebook."""
+    first, later = stash_run
+    assert first.cells[2] == "RuntimeError: semget -1 errno 1 set -1", first.cells[2]
+    assert later.cells[1] == "RuntimeError: semget -1 errno 1 value -1", later.cells[1]
+    test = later.tests["later"]
+    assert not test["passed"] and "FileNotFoundError" in test["messages"][0], test
+
+
 def test_hidden_checks_are_seeded_per_student():
     nb = notebook(["def f(L, S):\n    pass"], {"t": 'check("causal_mask", f, part="square")\n'
                                                     '### BEGIN HIDDEN TESTS\ncheck("causal_mask", f, '

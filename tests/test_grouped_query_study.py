@@ -38,3 +38,22 @@ def test_the_shipped_results_are_the_study_the_chapter_describes():
 def test_study_model_refuses_another_number_of_key_value_heads():
     with pytest.raises(ValueError, match="num_kv_heads"):
         study.study_model(3, seed=0)
+
+
+def test_the_study_at_another_width_has_its_own_file_and_command(tmp_path):
+    assert study.results_file() == study.RESULTS_FILE
+    assert study.results_file(8) == "grouped_query_study_e8.json"
+    study.main(["--embed-dim", "8", "--seeds", "5", "--steps", "2", "--out", str(tmp_path)])
+    results = study.load_results(tmp_path, embed_dim=8)
+    assert results["setup"]["model"]["embed_dim"] == 8
+    assert sorted(results["runs"]) == [f"kv{n}/seed5" for n in (1, 2, 4)]
+    assert results["runs"]["kv4/seed5"]["cache_bytes"] == 2 * 2 * 32 * 4 * 24 * 2 * 4  # D = 2
+    assert not (tmp_path / study.RESULTS_FILE).exists()  # the default width's file is another one
+    with pytest.raises(FileNotFoundError, match="grouped_query_study.json"):
+        study.load_results(tmp_path)
+
+
+def test_study_model_refuses_a_width_its_heads_do_not_divide():
+    with pytest.raises(ValueError, match="`embed_dim` must be a multiple of num_heads=4; got 10"):
+        study.study_model(2, seed=0, embed_dim=10)
+    assert study.study_model(2, seed=0, embed_dim=8).blocks[0].attn.embed_dim == 8

@@ -130,7 +130,7 @@ def glue_bound(name: str, values, bound: str, digits: int = 2) -> float:
     ``bound="at least"`` is for "at least x", "no less than x": the smallest, rounded *down*
     (2.756 -> 2.75, never 2.76). Every value is then asserted against the printed number, so the
     sentence holds as the reader reads it. The prose shows it with the same digits,
-    ``{glue:text}`name:.2f```; tests/test_bounds.py refuses a bound word before a glued number that
+    ``{glue:text}`name:.2f```; tests/test_words.py refuses a bound word before a glued number that
     did not come through here. Prefer the measured value itself wherever the sentence is about one
     result: "reached 0.434", not "at most 0.44". Returns the printed number.
 

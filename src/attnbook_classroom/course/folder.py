@@ -121,7 +121,10 @@ c.Autograde.sanitize_preprocessors = [
 c.Autograde.autograde_preprocessors = [
     "attnbook_classroom.course.plugins.SandboxedGrading", "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties"]
+    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties",
+    "attnbook_classroom.course.plugins.ShowAsData"]
+# (ShowAsData, last: what the student wrote is shown as data in formgrader and on the feedback pages:
+# no HTML of theirs, no script, no address but links and embedded images.)
 c.SandboxedGrading.course_root = _root
 c.OverwriteCells.add_missing_cells = True  # a test cell a student deleted is put back and graded
 # What a student's code may take when graded (the exercises' cells take under 2 s each): a code
@@ -131,9 +134,10 @@ c.SandboxedGrading.notebook_timeout = 60.0  # seconds for all of one notebook
 c.SandboxedGrading.student_timeout = 180.0  # seconds for all of one student's notebooks in one make grade
 c.SandboxedGrading.max_notebook_bytes = 16_000_000  # a larger notebook is not graded (make grade)
 c.SandboxedGrading.max_cells = 1000  # nor one with more cells
-# Feedback pages never show the hidden tests' code.
+# Feedback pages never show the hidden tests' code, nor run a script or request anything.
 # Their maths is MathML (read offline, without MathJax), their messages wrap.
 c.GenerateFeedback.preprocessors = [
+    "attnbook_classroom.course.plugins.ShowAsData",  # also for notebooks autograded before it existed
     "nbgrader.preprocessors.GetGrades", "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     "attnbook_classroom.course.plugins.HideHiddenTests", "attnbook_classroom.course.plugins.TypesetMaths"]
 c.GenerateFeedback.exporter_class = "attnbook_classroom.course.plugins.FeedbackExporter"

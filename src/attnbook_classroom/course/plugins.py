@@ -9,8 +9,11 @@
 - :class:`RestoreLockedCells` is nbgrader's ``OverwriteCells`` without the false "checksum has
   changed" warning for a test cell whose only difference is its removed hidden tests.
 - :class:`HideHiddenTests` removes hidden tests from the feedback pages.
+- :class:`ShowAsData` makes what a student wrote safe to show (:mod:`.sanitize`): last in
+  ``autograde``, so that formgrader and the feedback pages show it as data, never as markup or script.
 - :class:`FeedbackExporter` is nbconvert's ``HTMLExporter`` whose compiled page templates are kept
-  for the life of the process, so that a grading worker compiles them once, not once per page.
+  for the life of the process, so that a grading worker compiles them once, not once per page; its
+  pages run no script and request nothing (their maths is MathML, :class:`TypesetMaths`).
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from traitlets import Bool, Float, Integer, Unicode
 from attnbook_classroom.grading.submission import Submission, grade_in_sandbox
 from attnbook_classroom.course.folder import link_problem, read_secret, source_cells, verdict_cache
 from attnbook_classroom.course.notebooks import REPO
+from attnbook_classroom.course.sanitize import sanitize_notebook
 
-__all__ = ["SandboxedGrading", "RestoreLockedCells", "HideHiddenTests", "FeedbackExporter", "TypesetMaths",
-           "typeset", "scrubbed_paths"]
+__all__ = ["SandboxedGrading", "RestoreLockedCells", "HideHiddenTests", "ShowAsData", "FeedbackExporter",
+           "TypesetMaths", "typeset", "scrubbed_paths", "FEEDBACK_POLICY"]
 
 
 def scrubbed_paths(root: pathlib.Path) -> list[str]:
@@ -103,6 +107,13 @@ class HideHiddenTests(ClearHiddenTests):
     enforce_metadata = Bool(False).tag(config=True)
 
 
+class ShowAsData(NbGraderPreprocessor):
+    """What a student wrote, made safe to show as HTML (:func:`.sanitize.sanitize_notebook`)."""
+
+    def preprocess(self, nb, resources):
+        return sanitize_notebook(nb), resources
+
+
 _MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?!\s)([^$\n]+?)(?<!\s)\$", re.S)
 _CODE = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]*`)", re.S)
 
@@ -161,9 +172,18 @@ class _CompiledTemplates(jinja2.BytecodeCache):
 _TEMPLATES = _CompiledTemplates()
 
 
+# A feedback page is read offline and needs no script: the browser runs none of it and fetches nothing
+# (its styles are in the page, its maths MathML, its images embedded).
+FEEDBACK_POLICY = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+                   "style-src 'unsafe-inline'; img-src data:; font-src data:\">")
+_SCRIPT = re.compile(r"<script\b.*?</script\s*>", re.S | re.I)
+
+
 class FeedbackExporter(HTMLExporter):
     """nbgrader's feedback exporter (``HTMLExporter``), compiling each template once per process,
-    with outputs that wrap (:data:`FEEDBACK_STYLE`)."""
+    with outputs that wrap (:data:`FEEDBACK_STYLE`), no script (nbgrader's template loads MathJax and
+    its configuration from a CDN: the maths is MathML already) and a policy that forbids the browser
+    any script and any request (:data:`FEEDBACK_POLICY`)."""
 
     def _create_environment(self):
         environment = super()._create_environment()
@@ -172,4 +192,5 @@ class FeedbackExporter(HTMLExporter):
 
     def from_notebook_node(self, nb, resources=None, **kw):
         html, resources = super().from_notebook_node(nb, resources, **kw)
-        return html.replace("</head>", FEEDBACK_STYLE + "</head>", 1), resources
+        html = re.sub(r"<head\b[^>]*>", lambda head: head.group(0) + "\n" + FEEDBACK_POLICY, html, count=1)
+        return _SCRIPT.sub("", html).replace("</head>", FEEDBACK_STYLE + "</head>", 1), resources

@@ -1,6 +1,8 @@
 """Chapter 5b, four scores side by side: what each score costs in parameters, which accept
-queries and keys of different widths, what the shipped models score on the longest sources, and
-the bilinear score with a low-rank weight."""
+queries and keys of different widths, what the shipped models score on the longest sources, the
+bilinear score with a low-rank weight, and the percentile bootstrap over seeds (whose interval, with
+three seeds, is the range of the three per-seed differences: exercise 5b.5 says why that is no 95%
+interval)."""
 
 from __future__ import annotations
 
@@ -314,8 +316,9 @@ def _bootstrap_mistakes(a, b, n_resamples, seed):
         ("You resampled single (seed, length) accuracies as if each came from its own run: the accuracies "
          "of one seed come from one trained model and rise and fall together. Resample whole seeds (rows).",
          lambda: _entries(a, b, n_resamples, seed)),
-        ("That is a 90% interval (quantiles 0.05 and 0.95): a 95% interval cuts 2.5% off each end, "
-         "quantiles 0.025 and 0.975.", lambda: bootstrap_reference(a, b, n_resamples, seed, (0.05, 0.95))),
+        ("That is a nominal 90% interval (quantiles 0.05 and 0.95): the exercise asks for a nominal 95%, "
+         "which cuts 2.5% off each end, quantiles 0.025 and 0.975.",
+         lambda: bootstrap_reference(a, b, n_resamples, seed, (0.05, 0.95))),
         ("That interval leaves 5% out at one end only (quantiles 0 or 0.05 and 0.95 or 1): cut 2.5% off "
          "each end, quantiles 0.025 and 0.975.",
          lambda: bootstrap_reference(a, b, n_resamples, seed, (0.0, 0.95))),

@@ -5,18 +5,29 @@ and the grader's stand-in on its path (never the grader itself). It imports torc
 jobs (one per pass of a submitted notebook) from its standard input and answers on its standard
 output, both in frames (``kind``, ``index``, ``length``, payload).
 
-For each job this *supervisor* empties ``/tmp`` and forks a *worker* that sets its resource limits,
-puts the job's view of the library first on its path (the grader has put it in place, with the
-graded exercises' functions removed at the source), switches off the PyTorch operators the job
-names (:func:`block_operators`), forbids itself to create processes (:mod:`.seccomp`), executes the
-notebook's code cells and then each check's calls of the student's function (:func:`.wire.execute`),
-reporting to the supervisor as it goes. The supervisor never runs student code and never imports
-the library: it enforces the time limits (a cell or a test cell: ``cell_limit`` seconds; the whole
-job: ``total_limit``), kills the worker when one is exceeded or when it writes something that is
-not a frame, records what happened, and forks a new worker that skips the cell or the test cell that
-failed. It is not dumpable, so a worker cannot trace it or open its files in ``/proc``, and as the
-sandbox's process 1 it ignores a worker's signals. Everything crossing to the grader is plain data
-(:mod:`.wire`).
+For each job this *supervisor* mounts a new, empty ``/tmp`` (a tmpfs of :data:`TMP_SIZE` bytes, in
+place of the previous job's, which is dropped whole) and forks a *worker* that gives up every
+capability, sets its resource limits, puts the job's view of the library first on its path (the
+grader has put it in place, with the graded exercises' functions removed at the source), switches
+off the PyTorch operators the job names (:func:`block_operators`), forbids itself to create
+processes (:mod:`.seccomp`), executes the notebook's code cells and then each check's calls of the
+student's function (:func:`.wire.execute`), reporting to the supervisor as it goes. The supervisor
+never runs student code and never imports the library: it enforces the time limits (a cell or a test
+cell: ``cell_limit`` seconds; the whole job: ``total_limit``), kills the worker when one is exceeded
+or when it writes something that is not a frame, records what happened, and forks a new worker that
+skips the cell or the test cell that failed. It is not dumpable, so a worker cannot trace it or open
+its files in ``/proc``, and as the sandbox's process 1 it ignores a worker's signals. Everything
+crossing to the grader is plain data (:mod:`.wire`).
+
+To mount a ``/tmp`` per job, the supervisor keeps one capability, ``CAP_SYS_ADMIN`` of the sandbox's
+own user namespace (which owns none of the sandbox's mounts), and works in a mount namespace of its
+own: there it can mount a file system over a folder (a tmpfs over ``/tmp``) and take its own mounts
+off again, but it can neither make a mount of bubblewrap's writable nor take one off (they stay
+locked). A worker drops that capability before anything of the job runs, so nothing a student writes outlives its own pass: not an emptied folder (a chain
+of folders deeper than ``PATH_MAX`` survives emptying), a new file system.
+Where the supervisor is refused that capability (Ubuntu's stricter AppArmor profile for bubblewrap
+gives the sandboxed process none), it says so when it is ready and runs a single job: the grader
+starts a new sandbox, with a new ``/tmp``, for each job (slower: PyTorch is imported each time).
 """
 
 from __future__ import annotations
@@ -37,6 +48,8 @@ FRAME = struct.Struct(">cII")  # kind, index, payload length
 MAX_FRAME = 32 << 20
 MEMORY = 3 << 30  # address space of a worker, bytes
 FILE_SIZE = 16 << 20
+TMP_SIZE = 64 << 20  # bytes: each job's /tmp, the sandbox's only writable file system
+RENEWS_TMP, ONE_JOB = 1, 0  # the ready frame's index: a new /tmp for each job, or one job per sandbox
 
 
 # ------------------------------------------------------------------------------------------------
@@ -118,6 +131,24 @@ def _limit(kind: int, value: int) -> None:
         resource.setrlimit(kind, (min(value, hard) if hard != resource.RLIM_INFINITY else value, hard))
 
 
+def drop_capabilities() -> None:
+    """Give up every capability of this process for good (the supervisor keeps one to mount each
+    job's ``/tmp``); raise unless none is left."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable (twice 32 bits): none
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+    with open("/proc/self/status") as status:
+        left = [line for line in status if line.startswith(("CapInh", "CapPrm", "CapEff", "CapAmb"))
+                and int(line.split()[1], 16)]
+    if left:
+        raise PermissionError(f"capabilities left: {left}")
+
+
 def worker(job: dict, skip: set[int], first: int, fd: int) -> None:
     """Run the job's cells (but ``skip``) and its checks from ``first`` on; report on ``fd``. Never returns."""
     from attnbook_classroom.grading import wire
@@ -126,6 +157,7 @@ def worker(job: dict, skip: set[int], first: int, fd: int) -> None:
     sys.path.insert(0, job["view"])  # the library, with the graded functions removed at the source
 
     try:
+        drop_capabilities()
         for name in os.listdir("/proc/self/fd"):
             if int(name) > 2 and int(name) != fd:
                 try:
@@ -280,19 +312,31 @@ def _warm_up() -> None:
     torch.softmax(x.float().masked_fill(torch.ones(2, 2).bool(), float("-inf")), -1).to(x.dtype) @ x
 
 
-def _empty(folder: str) -> None:
-    """Remove everything in ``folder`` (also what a worker made read-only or unsearchable)."""
-    for entry in os.listdir(folder):
-        path = os.path.join(folder, entry)
-        try:
-            if os.path.isdir(path) and not os.path.islink(path):
-                os.chmod(path, 0o700)
-                _empty(path)
-                os.rmdir(path)
-            else:
-                os.unlink(path)
-        except OSError:
-            pass
+class _Tmp:
+    """The supervisor's ``/tmp``: a new tmpfs for each job, in the supervisor's own mount namespace."""
+
+    def __init__(self):
+        import ctypes
+
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.mounted = False
+        self._call(self.libc.unshare(0x00020000), "unshare(CLONE_NEWNS)")
+
+    def _call(self, result: int, what: str) -> None:
+        if result != 0:
+            import ctypes
+
+            raise OSError(ctypes.get_errno(), f"{what} failed")
+
+    def renew(self) -> None:
+        """Drop the previous job's ``/tmp`` whole and mount a new, empty one."""
+        os.chdir("/")
+        if self.mounted:  # MNT_DETACH: gone once no process holds it (the job's workers have ended)
+            self._call(self.libc.umount2(b"/tmp", 2), "umount /tmp")
+        options = f"size={TMP_SIZE},mode=0700".encode()
+        self._call(self.libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0x2 | 0x4, options), "mount /tmp")  # nosuid, nodev
+        self.mounted = True
+        os.chdir("/tmp")
 
 
 def main() -> None:
@@ -315,8 +359,14 @@ def main() -> None:
 
     torch.set_num_threads(1)
     _warm_up()
-    send(out, b"Y", 0)
-    while True:
+    try:
+        tmp = _Tmp()
+        tmp.renew()
+    except OSError:  # no capability here (a stricter AppArmor profile for bubblewrap): one job only
+        tmp = None
+    send(out, b"Y", RENEWS_TMP if tmp else ONE_JOB)
+    done = False
+    while not done:
         header = read_exactly(jobs, 4)
         if header is None:
             return
@@ -324,7 +374,10 @@ def main() -> None:
         if blob is None:
             return
         job = torch.load(io.BytesIO(blob), weights_only=True)
-        _empty("/tmp")  # nothing a previous job's worker left there reaches this one
+        if tmp is not None:
+            tmp.renew()  # nothing a previous job's worker left reaches this one
+        else:
+            done = True  # the grader starts a new sandbox, with a new /tmp, for the next job
         for module in job.get("preload", []):
             if module in ("matplotlib.pyplot", "seaborn", "numpy", "pandas"):
                 try:

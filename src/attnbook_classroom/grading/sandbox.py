@@ -1,16 +1,19 @@
 """One bubblewrap sandbox per student: the grader's side.
 
-:class:`Sandbox` starts the runner (:mod:`.runner`) under bubblewrap (``bwrap``), itself started with
-an empty environment, with no network, its own process numbers and ``/proc`` (the runner is its
-process 1), no capabilities, and a read-only view of only what a chapter's exercises need
-(:mod:`.views`): the interpreter and its standard library, the few distributions the chapters use
-(PyTorch with its own attention removed), the runner's modules and a stand-in for the grader, the
-book's ``data/``, and, for each run, a view of the book's library with the graded exercises'
-functions removed at the source. The course folder (its ``source/``, every student's work, the
-gradebook and the course's secret), the grader's references and its sealed answers are not in that
-view at all. The one writable file system is a private ``/tmp`` of :data:`TMP_SIZE` bytes;
-``/dev/shm`` is an empty read-only page. :meth:`Sandbox.run` hands the runner one job and reads back
-its frames, with a size cap on each and a deadline on the whole; nothing it sends is unpickled.
+:class:`Sandbox` starts the runner (:mod:`.runner`) under bubblewrap (``bwrap``), itself started
+with an empty environment, with no network, its own process numbers and ``/proc`` (the runner is its
+process 1), one capability in its own user namespace (the runner's, to mount a new ``/tmp`` for each
+job; the process that runs a student's code has none), and a read-only view of only what a chapter's
+exercises need (:mod:`.views`): the interpreter and its standard library, the few distributions the
+chapters use (PyTorch with its own attention removed), the runner's modules and a stand-in for the
+grader, the book's ``data/``, and, for each run, a view of the book's library with the graded
+exercises' functions removed at the source. The course folder (its ``source/``, every student's
+work, the gradebook and the course's secret), the grader's references and its sealed answers are not
+in that view at all. The one writable file system is a private ``/tmp`` of :data:`TMP_SIZE` bytes, a
+new one for each job (each pass of each notebook: mounted by the runner, or, where it may not mount,
+a new sandbox for each job); ``/dev/shm`` is an empty read-only page. :meth:`Sandbox.run` hands the
+runner one job and reads back its frames, with a size cap on each and a deadline on the whole;
+nothing it sends is unpickled.
 
 Where bubblewrap cannot run (not installed, or user namespaces disabled), :func:`check_available`
 raises :class:`SandboxUnavailable` with the reason: grading never runs a student's code without it.
@@ -34,7 +37,7 @@ import time
 import torch
 
 from attnbook_classroom.grading import seccomp, views
-from attnbook_classroom.grading.runner import FRAME, MAX_FRAME
+from attnbook_classroom.grading.runner import FRAME, MAX_FRAME, RENEWS_TMP, TMP_SIZE
 
 __all__ = ["Sandbox", "SandboxUnavailable", "check_available", "bwrap_command", "TMP_SIZE", "CODE", "VIEW"]
 
@@ -46,7 +49,6 @@ VIEW = "/grading/view"  # inside the sandbox: src/ (this run's view of the libra
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "MPLBACKEND": "Agg",
        "MPLCONFIGDIR": "/tmp/matplotlib", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
        "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
-TMP_SIZE = 64 << 20  # bytes: the sandbox's private /tmp, its only writable file system
 INSTALL_HINT = ("Grading runs each student's code in a bubblewrap sandbox and refuses to grade without "
                 "one. Install it (Debian/Ubuntu: `sudo apt-get install bubblewrap`) on a Linux kernel "
                 "that lets users create user namespaces (Debian's default; on Ubuntu 24.04 and later, "
@@ -81,15 +83,17 @@ def bwrap_command(forbidden: list[str | os.PathLike] = (), layout: pathlib.Path 
         raise SandboxUnavailable("bubblewrap (`bwrap`) is not installed. " + INSTALL_HINT)
     # --as-pid-1: the runner is the sandbox's process 1 (bubblewrap's own reaper would hold the
     # grader's pipes and, as process 1, show its environment at /proc/1/environ).
+    # CAP_SYS_ADMIN of the sandbox's own user namespace (nested in the one that owns its mounts):
+    # the runner mounts a new /tmp for each job with it; its workers drop it before any student code.
     args = [bwrap, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
-            "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv"]
-    if os.geteuid() == 0:
-        args += ["--cap-drop", "ALL"]
+            "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv",
+            "--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN"]
     for key, value in ENV.items():
         args += ["--setenv", key, value]
     # /dev holds the device nodes Python needs; its /dev/shm, which bubblewrap sizes at half the
     # RAM, is an empty read-only tmpfs of one page here. /dev and the root are made read-only at the
-    # end: the private /tmp of TMP_SIZE bytes is the one writable file system.
+    # end: the private /tmp of TMP_SIZE bytes is the one writable file system (the runner mounts a
+    # new one over it for each job).
     args += ["--dev", "/dev", "--size", "4096", "--tmpfs", "/dev/shm", "--remount-ro", "/dev/shm",
              "--proc", "/proc", "--size", str(TMP_SIZE), "--tmpfs", "/tmp"]
     readable = []
@@ -169,6 +173,8 @@ class Sandbox:
         self.ready_timeout = ready_timeout
         self.process: subprocess.Popen | None = None
         self.layout: pathlib.Path | None = None
+        self.renews_tmp = True  # the runner mounts a new /tmp for each job (else: one job per sandbox)
+        self.used = False
 
     def start(self) -> None:
         check_available(self.forbidden)
@@ -185,6 +191,7 @@ class Sandbox:
             self.close()
             raise SandboxUnavailable("The grading sandbox did not start (the runner did not answer). "
                                      + INSTALL_HINT)
+        self.renews_tmp, self.used = first[1] == RENEWS_TMP, False
 
     @property
     def alive(self) -> bool:
@@ -210,8 +217,11 @@ class Sandbox:
 
         When the runner does not finish within ``timeout`` seconds or its sandbox dies, the
         sandbox is closed and the frames read so far are returned (without ``D``)."""
+        if self.alive and self.used and not self.renews_tmp:
+            self.close()  # its runner could not mount a new /tmp: a new sandbox gives one
         if not self.alive:
             self.start()
+        self.used = True
         job = {**job, "operators": self._set_view(blocked), "view": VIEW + "/src"}
         buffer = io.BytesIO()
         torch.save(job, buffer)

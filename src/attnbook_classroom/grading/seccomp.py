@@ -6,10 +6,11 @@ Installed in that process inside the sandbox, before the student's code runs. Re
   one (``execve``): no fork bomb, no shell, nothing that outlives its own grading;
 - looking into or acting on another process (``ptrace``, ``process_vm_readv``/``writev``,
   ``pidfd_open``/``pidfd_getfd``, ``kcmp``);
-- memory that no limit of the process counts (System V shared memory and message queues, POSIX
-  message queues, ``memfd_create``, ``memfd_secret``, ``io_uring``, ``userfaultfd``, the kernel's
-  key rings) and interfaces a grading has no use for (``bpf``, ``perf_event_open``, ``unshare``,
-  ``setns``, ``mount``).
+- memory that no limit of the process counts or that outlives it (System V shared memory,
+  message queues and semaphores, POSIX message queues, ``memfd_create``, ``memfd_secret``,
+  ``io_uring``, ``userfaultfd``, the kernel's key rings): nothing a pass leaves there reaches the
+  next pass or notebook; and interfaces a grading has no use for (``bpf``, ``perf_event_open``,
+  ``unshare``, ``setns``, ``mount``).
 
 ``clone3`` answers ENOSYS, so that the C library falls back to ``clone`` for threads (PyTorch's
 thread pool keeps working).
@@ -34,19 +35,19 @@ _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
 
 # The system calls refused outright, by name, and their numbers on each architecture.
 DENIED = ("fork", "vfork", "execve", "execveat", "ptrace", "process_vm_readv", "process_vm_writev",
-          "pidfd_open", "pidfd_getfd", "kcmp", "shmget", "shmat", "msgget", "mq_open", "memfd_create",
-          "memfd_secret", "io_uring_setup", "userfaultfd", "add_key", "request_key", "keyctl", "bpf",
-          "perf_event_open", "unshare", "setns", "mount")
+          "pidfd_open", "pidfd_getfd", "kcmp", "shmget", "shmat", "msgget", "semget", "mq_open",
+          "memfd_create", "memfd_secret", "io_uring_setup", "userfaultfd", "add_key", "request_key", "keyctl",
+          "bpf", "perf_event_open", "unshare", "setns", "mount")
 _NUMBERS = {
     "x86_64": {"fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "ptrace": 101,
                "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_open": 434, "pidfd_getfd": 438,
-               "kcmp": 312, "shmget": 29, "shmat": 30, "msgget": 68, "mq_open": 240, "memfd_create": 319,
-               "memfd_secret": 447, "io_uring_setup": 425, "userfaultfd": 323, "add_key": 248,
+               "kcmp": 312, "shmget": 29, "shmat": 30, "msgget": 68, "semget": 64, "mq_open": 240,
+               "memfd_create": 319, "memfd_secret": 447, "io_uring_setup": 425, "userfaultfd": 323, "add_key": 248,
                "request_key": 249, "keyctl": 250, "bpf": 321, "perf_event_open": 298, "unshare": 272,
                "setns": 308, "mount": 165},
     "aarch64": {"execve": 221, "execveat": 281, "ptrace": 117, "process_vm_readv": 270,
                 "process_vm_writev": 271, "pidfd_open": 434, "pidfd_getfd": 438, "kcmp": 272,
-                "shmget": 194, "shmat": 196, "msgget": 186, "mq_open": 180, "memfd_create": 279,
+                "shmget": 194, "shmat": 196, "msgget": 186, "semget": 190, "mq_open": 180, "memfd_create": 279,
                 "memfd_secret": 447, "io_uring_setup": 425, "userfaultfd": 282, "add_key": 217,
                 "request_key": 218, "keyctl": 219, "bpf": 280, "perf_event_open": 241, "unshare": 97,
                 "setns": 268, "mount": 40},  # (no fork or vfork there)
