@@ -28,7 +28,7 @@ from attnbook_classroom.grading import ch08_multi_head_attention as ch08
 from attnbook_classroom.grading import ch10_rotary_positions as ch10
 from attnbook_classroom.grading import ch11_grouped_query_and_sliding_window as ch11
 from attnbook_classroom.grading.compare import M_FP16_OVERFLOW, M_NAN_ROWS
-from attnbook_classroom.grading.mistakes import M_AFTER, M_FP16_FILL, M_NO_SCALE, M_POLARITY
+from attnbook_classroom.grading.mistakes import M_AFTER, M_FP16_FILL, M_NO_SCALE, M_POLARITY, M_WEAK_FILL
 
 __all__ = ["BUGS", "Exhibit", "MUSEUM", "misconceptions_by_exercise", "misconceptions_table"]
 
@@ -39,6 +39,7 @@ BUGS = {
     "inverted": ("the mask inverted (True read as 'blocked')", "chapter 7, exhibit 4"),
     "fp16_fill": ("a finite fill (-1e9) under float16", "source 001; chapter 7, exhibit 2"),
     "nan_rows": ("-inf on a row with nothing to attend to (NaN)", "source 002; chapter 7, exhibit 3"),
+    "weak_fill": ("a fill value too weak for the scores (-1e4)", "source 004"),
     "diagonal": ("the causal mask off by one (the diagonal hidden)", "source 000; chapter 7, exhibit 5"),
     "min_fill_twice": ("two masks both filled with finfo.min", "chapter 7, exhibit 6"),
     "top_left": ("the top-left triangle with a cache (L < S)", "chapter 7"),
@@ -93,6 +94,8 @@ def masked_softmax_with(bug: str):
             return torch.softmax(torch.where(mask, scores, -1e9), dim=-1)
         if bug == "nan_rows":
             return torch.softmax(scores.masked_fill(~mask, NEG_INF), dim=-1)
+        if bug == "weak_fill":
+            return torch.softmax(scores.masked_fill(~mask, -1e4), dim=-1).masked_fill(~mask, 0.0)
         raise ValueError(bug)
     return fn
 
@@ -289,6 +292,8 @@ MUSEUM: list[Exhibit] = [
     _e("nan_rows", "multi_head_forward", "mask", lambda: multi_head_with("nan_rows"), M_NAN_ROWS),
     _e("nan_rows", "seq2seq_attention_step", "empty_source", lambda: seq2seq_step_with("nan_rows"),
        M_NAN_ROWS.replace("Such a query", "A source with no real token")),
+    # a fill value too weak for the scores
+    _e("weak_fill", "masked_softmax", "large_scores", lambda: masked_softmax_with("weak_fill"), M_WEAK_FILL),
     # the causal mask off by one
     _e("diagonal", "causal_mask", "square", lambda: causal_mask_with("diagonal"), ch07.M_DIAG),
     # two masks both filled with finfo.min
