@@ -185,9 +185,19 @@ else:
 
 
 def _multiline_strings(source: str) -> bool:
+    """Whether a string other than a docstring spans several lines (indenting would change its
+    value; a docstring's indentation is not part of what it says)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython syntax: refused below, with its own message
+        tree = ast.Module(body=[], type_ignores=[])
+    docstrings = {node.body[0].lineno for node in ast.walk(tree)
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+                  and isinstance(node.body[0].value.value, str)}
     tokens = tokenize.generate_tokens(io.StringIO(source).readline)
     strings = {tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}  # f-strings: Python 3.12+
-    return any(t.type in strings and t.start[0] != t.end[0] for t in tokens)
+    return any(t.type in strings and t.start[0] != t.end[0] and t.start[0] not in docstrings for t in tokens)
 
 
 def playground_source(source: str, docname: str = "") -> str:
