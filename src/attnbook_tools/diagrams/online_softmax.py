@@ -93,8 +93,9 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
     weights exp(s - m) / l, which equal the softmax of all the scores.
 
     Returns:
-        ``(figure, description)``: boxes ``q``, ``k``, ``v``, ``output``; grid ``tiles`` (the tile of
-        each key); facts ``states`` (per tile, rounded to 4 decimals) and ``weights``.
+        ``(figure, description)``: grid ``tiles`` (the tile of each key); facts ``states`` (per tile,
+        rounded to 4 decimals) and ``weights``. No shape boxes: the subject is one query's
+        row of scores.
 
     Shapes:
         q (..., L, D), k (..., S, D), v (..., S, Dv)
@@ -115,7 +116,7 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
     weights = (scores - final.m[row]).exp() / final.l[row]  # (S,)
     torch.testing.assert_close(weights, torch.softmax(scores, dim=-1))  # the weights, recovered
     n = len(states)
-    canvas = Canvas(where, title or f"The online softmax of query {query}, tile by tile", 3.9 + 0.27 * n)
+    canvas = Canvas(where, title or f"The online softmax of query {query}, tile by tile", 3.1 + 0.27 * n)
     x0, ch = 1.5, 0.3  # inches: the page's column is 5.88 wide
     cw = min(0.45, (canvas.width - 0.1 - x0) / S)
     tile_styles = [Style(t.face) for t in ramp(n, low=0.55, high=0.95)]  # no hatching under numbers
@@ -124,7 +125,7 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
     canvas.cells("tiles", (x0, top), (cw, ch), [tile_of], {t: tile_styles[t] for t in range(n)},
                  meaning={t: f"tile {t}" for t in range(n)}, symbols={t: str(t) for t in range(n)},
                  rows=["key"], cols=[str(j) for j in range(S)], texts=[[f"{float(s):.2f}" for s in scores]])
-    canvas.text(0.1, top - ch / 2, f"scaled scores\nof query {query}", size=SMALL_POINTS, ha="left")
+    canvas.text(0.1, top - ch / 2, f"scores\nof query {query}", size=SMALL_POINTS, ha="left")
     for t in states:
         mid = x0 + (t.keys.start + t.keys.stop) / 2 * cw
         canvas.text(mid, top + 0.13, f"tile {t.index}" if len(t.keys) * cw >= 0.55 else str(t.index), size=SMALL_POINTS)
@@ -154,11 +155,6 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
         rows.append(state)
     canvas.text(canvas.width / 2, y - 0.5, f"output = acc / ℓ after tile {n - 1}: equal to tiled_attention("
                 f"block_size={block_size})\nand to the softmax over all {S} keys", size=SMALL_POINTS)
-    lead = {2: "", 3: "B, ", 4: "B, H, "}[q.dim()]
-    for i, (name, t, letters) in enumerate((("q", q, "L, D"), ("k", k, "S, D"), ("v", v, "S, Dv"),
-                                             ("output", output, "L, Dv"))):
-        line, col = divmod(i, 2)  # two by two: four shapes of up to four letters do not fit one row
-        canvas.tensor_label(name, name, 1.5 + 2.9 * col, 0.85 - 0.5 * line, shape=t.shape, letters=lead + letters)
     facts = {
         "block_size": block_size,
         "states": rows,
@@ -168,7 +164,7 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
     }
     maxima = ", ".join(f"{r['m']:.4f}" for r in rows)
     raised = [t.index for prev, t in zip(states, states[1:]) if float(t.m[row]) > float(prev.m[row])]
-    summary = (f"The S = {S} scaled scores of query {query} are visited in {n} tiles of at most {block_size} keys. "
+    summary = (f"The S = {S} scores of query {query} are visited in {n} tiles of at most {block_size} keys. "
                f"After each tile the running maximum m is {maxima}; "
                + (f"tile{'s' if len(raised) > 1 else ''} {', '.join(map(str, raised))} raise{'' if len(raised) > 1 else 's'} "
                   "it, so the sums so far are multiplied by a correction below 1; " if raised
