@@ -24,6 +24,7 @@ from attnbook import _checks as check
 from attnbook.functional import attention, upcast
 from attnbook.tiled import online_softmax_step, tiled_attention
 from attnbook_tools.diagrams.canvas import SMALL_POINTS, TENSOR, Canvas, Style, ramp
+from attnbook_tools.plots import COLUMN_INCHES
 from attnbook_tools.diagrams.description import Description
 
 __all__ = ["TileState", "online_softmax_states", "draw_online_softmax"]
@@ -116,8 +117,11 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
     weights = (scores - final.m[row]).exp() / final.l[row]  # (S,)
     torch.testing.assert_close(weights, torch.softmax(scores, dim=-1))  # the weights, recovered
     n = len(states)
-    canvas = Canvas(where, title or f"The online softmax of query {query}, tile by tile", 3.1 + 0.27 * n)
     x0, ch = 1.5, 0.3  # inches: the page's column is 5.88 wide
+    # no wider than the scores need, so that a phone scales the text down less
+    width = min(COLUMN_INCHES, max(4.4, x0 + 0.2 + 0.45 * S))
+    canvas = Canvas(where, title or f"The online softmax of query {query}, tile by tile", 3.3 + 0.27 * n,
+                    width=width)
     cw = min(0.45, (canvas.width - 0.1 - x0) / S)
     tile_styles = [Style(t.face) for t in ramp(n, low=0.55, high=0.95)]  # no hatching under numbers
     tile_of = [t.index for t in states for _ in t.keys]
@@ -136,8 +140,8 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
                  texts=[[f"{float(w):.2f}" for w in weights]], record=False)
     canvas.text(0.1, top - 1.5 * ch - 0.15, "weights\nexp(s − m) / ℓ", size=SMALL_POINTS, ha="left")
     # the table of states
-    headers = ["tile", "keys", "tile max", "m after", "c = exp(m_old − m)", "ℓ after"]
-    xs = [0.3, 0.85, 1.65, 2.55, 3.85, 5.25]
+    headers = ["tile", "m after", "c = exp(m_old − m)", "ℓ after"]
+    xs = [0.3, 1.1, 2.35, 3.75]
     y = top - 2 * ch - 0.6
     for x, h in zip(xs, headers):
         canvas.text(x, y, h, size=SMALL_POINTS, fontweight="bold")
@@ -148,12 +152,12 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
         state = {"tile": t.index, "keys": t.keys, "tile max": round(float(t.tile_max[row]), 4),
                  "m": round(float(t.m[row]), 4), "c": round(float(t.correction[row]), 4),
                  "l": round(float(t.l[row]), 4)}
-        cells = [str(t.index), f"{t.keys.start}–{t.keys.stop - 1}", f"{state['tile max']:.4f}", f"{state['m']:.4f}",
-                 f"{state['c']:.4f}" + (" (empty sums)" if t.index == 0 else ""), f"{state['l']:.4f}"]
+        cells = [str(t.index), f"{state['m']:.4f}", f"{state['c']:.4f}" + (" (empty sums)" if t.index == 0 else ""),
+                 f"{state['l']:.4f}"]
         for x, text in zip(xs, cells):
             canvas.text(x, y, text, size=SMALL_POINTS)
         rows.append(state)
-    canvas.text(canvas.width / 2, y - 0.5, f"output = acc / ℓ after tile {n - 1}: equal to tiled_attention("
+    canvas.text(canvas.width / 2, y - 0.6, f"output = acc / ℓ after tile {n - 1}:\nequal to tiled_attention("
                 f"block_size={block_size})\nand to the softmax over all {S} keys", size=SMALL_POINTS)
     facts = {
         "block_size": block_size,
