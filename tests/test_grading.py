@@ -182,13 +182,14 @@ def induction_with(shift=1, start=0, stop=None, reduce=(0, 1)):
     return fn
 
 
-def _knock_answer(seed=3, kinds=None, metric=0):
+def _knock_answer(seed=3, kinds=None, metric=0, model_seed=0):
     """Exercise 12.2 measured here: the shipped model's copy loss with a head knocked out;
-    ``kinds`` maps an answer key to the (layer, head) knocked out (default: the right heads)."""
+    ``kinds`` maps an answer key to the (layer, head) knocked out (default: the right heads);
+    ``model_seed`` another shipped model than the seed-0 one the exercise asks for (a mistake)."""
     from attnbook.tasks.induction import copy_loss, induction_batch
     from attnbook_tools.induction import load_model, measure_heads, test_batch
 
-    model, _ = load_model()
+    model, _ = load_model(model_seed)
     scores = measure_heads(model, test_batch())
     heads = {k: {divmod(int(torch.tensor(v).argmax()), 2)} for k, v in scores.items()}
     heads.update(kinds or {})
@@ -983,6 +984,8 @@ MISTAKES = [
     ("knock_out_heads", _knock_answer(metric=1), "induction", "ACCURACY"),
     ("knock_out_heads", _knock_answer(kinds={"induction": set()}), "induction", "no head knocked out"),
     ("knock_out_heads", {**_knock_answer(), "seed": 3.0}, "previous_token", "expected the int"),
+    ("knock_out_heads", _knock_answer(model_seed=3), "previous_token", "seed-0 model, load_model(0)"),
+    ("knock_out_heads", _knock_answer(seed=1, model_seed=1), "induction", "your seed only draws the batch"),
     ("induction_attends", {"induction": 3, "previous_token": 8, "copying": "B"}, "induction",
      "earlier 6 itself"),
     ("induction_attends", {"induction": 10, "previous_token": 8, "copying": "B"}, "induction", "causal mask"),

@@ -329,16 +329,22 @@ def test_from_llama_equals_hugging_face_prompt_and_cached_decoding(backend, fami
                             attention_mask=hf_mask(mask_function, T, T, 0))
         torch.testing.assert_close(ours(x)[0], expected, rtol=0, atol=1e-12)
 
-        hf_cache, cache = transformers.DynamicCache(), ours.new_cache(B, T)
+        # the cache a model makes from its configuration: sliding layers when there is a window
+        hf_cache, cache = transformers.DynamicCache(config=config), ours.new_cache(B, T)
         assert (cache.window is not None) == (W is not None)
         for a, b in [(0, P)] + [(t, t + 1) for t in range(P, T)]:
+            n_keys, start = hf_cache.layers[0].get_mask_sizes(b - a)  # the keys their cache returns
+            mask = hf_mask(mask_function, b - a, start + n_keys, a)[..., start:]
             theirs, _ = layer(x[:, a:b], position_embeddings=hf_cos_sin(torch.arange(a, b), D, 500.0),
-                              attention_mask=hf_mask(mask_function, b - a, b, a), past_key_values=hf_cache)
+                              attention_mask=mask, past_key_values=hf_cache)
             got, _ = ours(x[:, a:b], cache=cache)
             torch.testing.assert_close(got, theirs, rtol=0, atol=1e-12)
             torch.testing.assert_close(got, expected[:, a:b], rtol=0, atol=1e-12)
-    if W is not None:
-        assert cache.keys.shape == (B, 2, W, D)  # the rolling cache held W positions, Hugging Face's all T
+    held = hf_cache.layers[0].keys.shape[2]
+    if W is not None:  # the book's rolling cache holds W positions, Hugging Face's sliding cache W - 1
+        assert cache.keys.shape == (B, 2, W, D) and held == W - 1, (cache.keys.shape, held)
+    else:
+        assert cache.keys.shape[2] == held == T
 
 
 def test_from_llama_copies_qwen2_biases_on_queries_keys_and_values_only():
