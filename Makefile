@@ -32,7 +32,7 @@ NBVAL := PYTHONPATH=tests $(PY) -m pytest -q -p no:cacheprovider -p nbval_meanin
 	--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env
 
 .PHONY: help venv vendor book test unit nbval build browser serve lab execute execute-all bench clean assignments grade
-.PHONY: runnable runnable-filled nbval-runnable lab-source grade-bench lab-venv test-library
+.PHONY: runnable runnable-filled nbval-runnable lab-source grade-bench lab-venv test-library system-packages
 .PHONY: release collect feedback nbgrader
 
 help:
@@ -70,12 +70,30 @@ book: venv vendor
 	@echo
 	@echo "The book is built. Open: file://$(abspath _build/html/index.html) or run: make serve"
 
+# The library's tests run twice: with the other unit tests on this machine's own numeric path, and
+# alongside them on the other numeric path (OTHER_NUMERIC_PATH, above), so that a test whose verdict
+# rounding alone decides fails here rather than on a reader's machine. Their output: LIBRARY_LOG.
+LIBRARY_LOG := _build/library-other-path.log
 unit: venv
-	$(PY) -m pytest -q -n 2 tests --ignore=tests/browser
+	@mkdir -p $(dir $(LIBRARY_LOG))
+	@echo "make unit: the library's tests run on the other numeric path alongside (their output: $(LIBRARY_LOG))"
+	@$(OTHER_NUMERIC_PATH) $(PY) -m pytest -q -p no:cacheprovider tests/library >$(LIBRARY_LOG) 2>&1 & other=$$!; \
+	unit=0; $(PY) -m pytest -q -n 2 tests --ignore=tests/browser || unit=$$?; \
+	library=0; wait $$other || library=$$?; \
+	[ $$library -eq 0 ] || { cat $(LIBRARY_LOG); echo "make unit: the library's tests FAILED on the other numeric path"; }; \
+	[ $$unit -eq 0 ] && [ $$library -eq 0 ]
 
-# The library's own tests (tests/library/): they need torch, pytest and hypothesis, nothing else.
-test-library: venv
-	$(PY) -m pytest -q tests/library
+# The library's own tests (tests/library/) in an environment of their own, LIBRARY_VENV: the library
+# (`pip install -e .`: torch and numpy) with pytest and hypothesis, at the versions requirements.txt pins.
+LIBRARY_VENV ?= .venv-library
+LIBRARY_PY := $(abspath $(LIBRARY_VENV))/bin/python
+$(LIBRARY_VENV)/.installed: requirements.txt pyproject.toml
+	@test -x $(LIBRARY_PY) || python3 -m venv $(LIBRARY_VENV)
+	$(LIBRARY_PY) -m pip install --quiet --disable-pip-version-check -c requirements.txt -e . pytest hypothesis
+	@touch $@
+
+test-library: $(LIBRARY_VENV)/.installed
+	$(LIBRARY_PY) -m pytest -q -p no:cacheprovider tests/library
 
 # nbval re-executes every chapter under the profile, two notebooks at a time, and compares each
 # output with the stored one by meaning (tests/nbval_meaning.py).
@@ -105,7 +123,7 @@ bench: venv
 # leaves a core idle most of the time; the build's output goes to BUILD_LOG and is shown when both
 # are done. A failure of either fails `make test`, saying which; the browser tests need the build.
 BUILD_LOG := _build/build.log
-test: venv
+test: system-packages venv
 	@mkdir -p _build
 	@echo "make test: the student's environment for the JupyterLab test ($(LAB_VENV)) is made alongside the unit tests"
 	@$(MAKE) --no-print-directory lab-venv >_build/lab-venv.log 2>&1 & lab=$$!; \
@@ -126,6 +144,17 @@ test: venv
 	[ $$runnable -eq 0 ] && [ $$built -eq 0 ]
 	$(MAKE) --no-print-directory browser
 	@echo "make test: all parts passed"
+
+# The system packages `make test` needs, checked before anything is made: bubblewrap (the grading
+# sandbox), Chromium (the browser tests; CHROMIUM=... for another path) and npm (the website's
+# offline MathJax and widgets). One message names whatever is missing and how to install it.
+system-packages:
+	@missing=""; \
+	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	[ -x "$${CHROMIUM:-/usr/bin/chromium}" ] || missing="$$missing chromium"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
+	[ -z "$$missing" ] || { echo "make test needs these system packages, missing here:$$missing."; \
+		echo "Install them (on Debian, as root) with: apt-get install -y$$missing"; exit 1; }
 
 # The runnable edition (chapters/runnable/, committed): the chapters for JupyterLab, Colab and Binder.
 # `make lab` copies it into LAB_DIR, adding only the notebooks missing there, and starts JupyterLab

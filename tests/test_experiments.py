@@ -22,7 +22,7 @@ SHIPPED = sorted(DATA_DIR.glob("seq2seq_*_seed*.pt"))  # the book's width; a wid
 
 def test_data_directory_is_small():
     total = sum(p.stat().st_size for p in DATA_DIR.rglob("*") if p.is_file())
-    assert total < 7_000_000, f"data/ holds {total} bytes"
+    assert total < 12_000_000, f"data/ holds {total} bytes (the book keeps data/ under 12 MB)"
     for path in SHIPPED:
         assert path.stat().st_size < 400_000, path
 

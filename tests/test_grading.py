@@ -182,13 +182,14 @@ def induction_with(shift=1, start=0, stop=None, reduce=(0, 1)):
     return fn
 
 
-def _knock_answer(seed=3, kinds=None, metric=0):
+def _knock_answer(seed=3, kinds=None, metric=0, model_seed=0):
     """Exercise 12.2 measured here: the shipped model's copy loss with a head knocked out;
-    ``kinds`` maps an answer key to the (layer, head) knocked out (default: the right heads)."""
+    ``kinds`` maps an answer key to the (layer, head) knocked out (default: the right heads);
+    ``model_seed`` another shipped model than the seed-0 one the exercise asks for (a mistake)."""
     from attnbook.tasks.induction import copy_loss, induction_batch
     from attnbook_tools.induction import load_model, measure_heads, test_batch
 
-    model, _ = load_model()
+    model, _ = load_model(model_seed)
     scores = measure_heads(model, test_batch())
     heads = {k: {divmod(int(torch.tensor(v).argmax()), 2)} for k, v in scores.items()}
     heads.update(kinds or {})
@@ -951,6 +952,7 @@ MISTAKES = [
     ("rotary_extrapolation", _extrapolation_answer(delay=2), "window", "what a guess would score"),
     ("rotary_extrapolation", _extrapolation_answer(swap=True), "trained", "other model"),
     ("rotary_extrapolation", {**_extrapolation_answer(), "seed": 3.0}, "trained", "expected the int"),
+    ("rotary_extrapolation", _extrapolation_answer(first=3), "window", "right value by the wrong method"),
     ("grouped_query_attention", gqa_with(order="tiled"), "groups", "repeat_interleave"),
     ("grouped_query_attention", gqa_with(order="tiled"), "mask", "CONSECUTIVE query heads"),
     ("grouped_query_attention", gqa_with(scale=False), "multi_query", "not scaled"),
@@ -982,6 +984,8 @@ MISTAKES = [
     ("knock_out_heads", _knock_answer(metric=1), "induction", "ACCURACY"),
     ("knock_out_heads", _knock_answer(kinds={"induction": set()}), "induction", "no head knocked out"),
     ("knock_out_heads", {**_knock_answer(), "seed": 3.0}, "previous_token", "expected the int"),
+    ("knock_out_heads", _knock_answer(model_seed=3), "previous_token", "seed-0 model, load_model(0)"),
+    ("knock_out_heads", _knock_answer(seed=1, model_seed=1), "induction", "your seed only draws the batch"),
     ("induction_attends", {"induction": 3, "previous_token": 8, "copying": "B"}, "induction",
      "earlier 6 itself"),
     ("induction_attends", {"induction": 10, "previous_token": 8, "copying": "B"}, "induction", "causal mask"),
@@ -1003,6 +1007,52 @@ def test_mistake_loses_marks_and_is_named(exercise_id, fn, part, phrase):
     with pytest.raises(AssertionError) as info:
         feedback.assert_passed()
     assert " ".join(phrase.lower().split()) in " ".join(str(info.value).lower().split())
+
+
+# ----------------------------------------------------------------------------------------------
+# The classic bugs (the source material's and chapter 7's museum): each named in every exercise
+# where it can occur, tested with the wrong answer itself
+# ----------------------------------------------------------------------------------------------
+
+from attnbook_classroom.grading import museum  # noqa: E402
+
+
+@pytest.mark.parametrize("exhibit", museum.MUSEUM,
+                         ids=[f"{e.bug}-{e.exercise_id}-{e.part}" for e in museum.MUSEUM])
+def test_classic_bug_is_named_by_its_own_message(exhibit):
+    feedback = check(exhibit.exercise_id, exhibit.make(), part=exhibit.part)
+    assert not feedback.passed and feedback.score == 0
+    assert any(exhibit.message in m for m in feedback.messages), str(feedback)
+    assert "differs from the reference" not in str(feedback)
+
+
+def test_every_classic_bug_has_exhibits_and_the_table_lists_them():
+    assert {e.bug for e in museum.MUSEUM} == set(museum.BUGS)
+    assert all(e.exercise_id in grading.exercise_ids() and e.part in grading.parts(e.exercise_id)
+               for e in museum.MUSEUM)
+    table = museum.misconceptions_table()
+    assert table.count("\n") == len(museum.MUSEUM) + 2
+    by_exercise = museum.misconceptions_by_exercise()
+    assert list(by_exercise) == [e for e in grading.exercise_ids() if e in by_exercise]
+    for exhibit in museum.MUSEUM:
+        assert f"| `{exhibit.exercise_id}` | {museum.BUGS[exhibit.bug][0]} | `{exhibit.part}` |" in table
+
+
+def test_the_window_part_of_10_3_passes_only_by_the_right_method():
+    right = _extrapolation_answer()
+    assert check("rotary_extrapolation", right, part="window").passed
+    from_three = _extrapolation_answer(first=3)
+    assert from_three["window"] == right["window"]  # the windowed model is right everywhere
+    feedback = check("rotary_extrapolation", from_three, part="window")
+    assert not feedback.passed and "from position 3" in feedback.messages[0], str(feedback)
+
+
+def test_an_honest_result_too_large_to_cross_is_reported_with_its_size():
+    feedback = check("causal_mask", lambda L, S: torch.zeros(9_000_000), part="square")
+    assert not feedback.passed
+    message = feedback.messages[0]
+    assert "34.3 MiB, more than the 32.0 MiB the grader accepts" in message, message
+    assert "channel" not in message
 
 
 def test_a_mistake_in_one_part_keeps_the_other_parts():

@@ -73,3 +73,15 @@ def test_every_make_command_of_the_workflow_exists_and_runs_the_course():
         dry = subprocess.run(shlex.split(command) + ["-n", "-C", str(ROOT)], capture_output=True, text=True, timeout=60)
         assert dry.returncode == 0, (command, dry.stderr)
         assert "-m attnbook_classroom.course" in dry.stdout, (command, dry.stdout)
+
+
+def test_the_page_lists_the_classic_bugs_as_the_grader_names_them():
+    from attnbook_classroom.grading.museum import misconceptions_table
+
+    page = (ROOT / "chapters" / "instructors.md").read_text(encoding="utf-8")
+    begin = "<!-- misconceptions: generated from attnbook_classroom.grading.museum; do not edit by hand -->\n"
+    assert begin in page and "<!-- misconceptions: end -->" in page, "the generated table's markers are missing"
+    shown = page.split(begin, 1)[1].split("<!-- misconceptions: end -->", 1)[0]
+    assert shown == misconceptions_table(), (
+        "chapters/instructors.md's table of classic bugs differs from what the grader names: paste the "
+        "output of `python -m attnbook_classroom.grading.museum` between its markers")

@@ -506,6 +506,9 @@ def test_playground_source_keeps_the_code_and_refuses_what_indenting_would_chang
         playground_source('# Check: a\nassert x, """one\ntwo"""')
     with pytest.raises(RunnableError, match="IPython syntax"):
         playground_source("# Check: a\n%time assert x")
+    # a docstring's indentation is not part of what it says
+    assert "    def f():\n        \"\"\"one\n        two\"\"\"" in playground_source(
+        '# Check: a\ndef f():\n    """one\n    two"""\n    return 1\nassert f() == 1')
 
 
 def test_a_check_that_a_change_breaks_explains_itself_and_the_notebook_runs_on(monkeypatch):

@@ -88,7 +88,7 @@ def test_causal_block_never_looks_ahead(norm_first, never_looks_ahead):
     never_looks_ahead(TransformerBlock(E, H, norm_first=norm_first).eval(), E)
 
 
-def test_encoder_block_sees_every_position_but_no_padded_key():
+def test_encoder_block_sees_every_position_but_no_padded_key(differs):
     torch.manual_seed(4)
     block = TransformerBlock(E, H, causal=False).eval()
     x = torch.randn(2, 7, E)
@@ -103,11 +103,11 @@ def test_encoder_block_sees_every_position_but_no_padded_key():
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, H, 7))
     future = x.clone()
     future[1, 6] = torch.randn(E)
-    assert not torch.allclose(block(future)[0][1, 0], block(x)[0][1, 0])  # not causal: position 0 sees 6
+    differs(block(future)[0][1, 0], block(x)[0][1, 0], at_least=1e-2)  # not causal: position 0 sees 6
 
 
 @pytest.mark.parametrize("norm_first", [True, False])
-def test_decoder_block_cross_attention(norm_first):
+def test_decoder_block_cross_attention(norm_first, differs):
     torch.manual_seed(5)
     block = DecoderBlock(E, H, norm_first=norm_first).eval()
     x, memory = torch.randn(2, 5, E), torch.randn(2, 7, E)  # L = 5 decoder positions, S = 7 source positions
@@ -125,7 +125,12 @@ def test_decoder_block_cross_attention(norm_first):
     changed = x.clone()
     changed[:, 3:] = torch.randn(2, 2, E)
     torch.testing.assert_close(block(changed, memory, key_mask=key_mask)[0][:, :3], y[:, :3], rtol=0, atol=0)
-    assert not torch.allclose(block(x, memory.flip(1))[0], block(x, memory)[0])  # the memory matters
+    # The memory carries no positions, so cross-attention reads it as a set: the memory's positions
+    # reordered (keys with their values) give the same output, up to the order of the sums...
+    whole = block(x, memory)[0]
+    torch.testing.assert_close(block(x, memory.flip(1))[0], whole, rtol=0, atol=1e-5)
+    # ...and what it holds matters: another memory, another output
+    differs(block(x, torch.randn(2, 7, E))[0], whole, at_least=1e-2)
     if norm_first:  # with every sub-layer adding nothing, the block is the identity on x whatever the memory
         zero_sublayer_outputs(block)
         assert torch.equal(block(x, memory)[0], x)
@@ -156,12 +161,12 @@ def test_block_decodes_with_a_cache_as_it_reads_the_whole_sequence():
     torch.testing.assert_close(torch.cat(steps, dim=1), whole, atol=1e-6, rtol=0)
 
 
-def test_dropout_only_in_training():
+def test_dropout_only_in_training(differs):
     torch.manual_seed(7)
     block = TransformerBlock(E, H, dropout=0.5)
     x = torch.randn(2, 6, E)
     block.train()
-    assert not torch.equal(block(x)[0], block(x)[0])  # a new dropout mask on every call
+    differs(block(x)[0], block(x)[0], at_least=1e-2)  # a new dropout mask on every call
     block.eval()
     assert torch.equal(block(x)[0], block(x)[0])
     plain = TransformerBlock(E, H, dropout=0.0).eval()

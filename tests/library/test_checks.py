@@ -8,12 +8,13 @@ import pytest
 import torch
 
 from attnbook.tasks.reversal import ReversalTask
-from attnbook.functional import masked_softmax, split_heads
+from attnbook.attention import Attention
+from attnbook.functional import attention, fused_attention, masked_softmax, split_heads
 from attnbook.kv_cache import KVCache
-from attnbook.masks import causal_mask, padding_mask
+from attnbook.masks import causal_mask, combine_masks, padding_mask
 from attnbook.multihead import CausalSelfAttention, MultiHeadAttention
 from attnbook.positions import LearnedPositions, sinusoidal_positions
-from attnbook.scores import AdditiveScore, BilinearScore
+from attnbook.scores import AdditiveScore, BilinearScore, DotScore
 from attnbook.tiled import tiled_attention
 from attnbook.block import TransformerBlock
 from attnbook.models.transformer import TinyTransformer
@@ -76,3 +77,35 @@ def test_an_unavailable_device_is_named():
         pytest.skip("this machine has CUDA")
     with pytest.raises(ValueError, match="`device`='cuda' is not available"):
         KVCache(1, 2, 4, 4, device="cuda")
+
+
+def _float_mask(bad):
+    """A causal float mask (0 where a query may attend, -inf where not), (3, 3), with ``bad`` (NaN or
+    +inf) at query 1, key 0."""
+    mask = torch.zeros(3, 3).masked_fill(torch.ones(3, 3, dtype=torch.bool).triu(1), float("-inf"))
+    mask[1, 0] = bad
+    return mask
+
+
+# every public entry point that takes a floating mask (added to the scores)
+FLOAT_MASK_ENTRIES = {
+    "masked_softmax": lambda m: masked_softmax(torch.randn(2, 3, 3), m),
+    "attention": lambda m: attention(q, q, q, m),
+    "fused_attention": lambda m: fused_attention(q, q, q, m),
+    "tiled_attention": lambda m: tiled_attention(q, q, q, m, block_size=2),
+    "Attention": lambda m: Attention(DotScore())(q, q, q, m),
+    "MultiHeadAttention.forward": lambda m: MultiHeadAttention(4, 2)(q, q, q, mask=m),
+    "MultiHeadAttention.forward (sdpa)": lambda m: MultiHeadAttention(4, 2, backend="sdpa")(q, q, q, mask=m),
+    "combine_masks": lambda m: (combine_masks(causal_mask(3), m),),
+}
+
+
+@pytest.mark.parametrize("entry", FLOAT_MASK_ENTRIES)
+@pytest.mark.parametrize(("bad", "named"), [(float("nan"), "1 NaN"), (float("inf"), "1 +inf")])
+def test_a_float_mask_holding_nan_or_plus_inf_is_refused(entry, bad, named, raises_naming):
+    """Added to the scores, a NaN (or a +inf) would make its query's row of weights NaN."""
+    call = FLOAT_MASK_ENTRIES[entry]
+    assert not call(_float_mask(0.0))[0].isnan().any()  # -inf and finite values are what a float mask holds
+    argument = "`masks[1]`" if entry == "combine_masks" else "`mask`"
+    with raises_naming(ValueError, entry.split(" ")[0] + ":", argument, "finite values or -inf", "(3, 3)", named):
+        call(_float_mask(bad))

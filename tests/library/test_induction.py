@@ -49,13 +49,13 @@ def test_scores_of_handmade_heads():
     assert induction_score(weights, first, second, N).tolist() == [0.0, 1.0]
 
 
-def test_knocking_out_a_head_removes_its_output_only():
+def test_knocking_out_a_head_removes_its_output_only(differs):
     m = model()
     tokens = torch.randint(V, (3, L))
     logits, weights = m(tokens, need_weights=True)
     assert logits.shape == (3, L, V) and [w.shape for w in weights] == [(3, 2, L, L)] * 2
     knocked = m(tokens, knock_out={(1, 0)})
-    assert not torch.allclose(knocked, logits)
+    differs(knocked, logits, at_least=1e-3)  # 0.015 measured
     # by hand: zero head 0's columns of layer 1's output projection
     with torch.no_grad():
         m.layers[1].out_proj.weight[:, : m.layers[1].head_dim] = 0
@@ -68,7 +68,7 @@ def test_knock_out_rejects_a_head_that_does_not_exist():
         model()(torch.zeros(1, 4, dtype=torch.long), knock_out={(2, 0)})
 
 
-def test_the_model_is_causal_and_trains_deterministically():
+def test_the_model_is_causal_and_trains_deterministically(differs):
     m = model()
     tokens = torch.randint(V, (2, L))
     changed = tokens.clone()
@@ -76,7 +76,8 @@ def test_the_model_is_causal_and_trains_deterministically():
     torch.testing.assert_close(m(tokens)[:, :10], m(changed)[:, :10])
     before = m.head.weight.clone()
     losses = train_induction(m, steps=5, batch_size=16, seq_len=L, segment_len=N, seed=3)
-    assert len(losses) == 5 and not torch.equal(m.head.weight, before)
+    assert len(losses) == 5
+    differs(m.head.weight, before, at_least=1e-3)  # AdamW moves a weight by about lr = 1e-3 a step
     assert train_induction(model(), steps=5, batch_size=16, seq_len=L, segment_len=N, seed=3) == losses
     with pytest.raises(ValueError, match="seq_len"):
         train_induction(m, steps=1, seq_len=L + 1)

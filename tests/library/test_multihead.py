@@ -264,14 +264,14 @@ def test_half_with_masks():
         torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
 
 
-def test_dropout_only_in_training():
+def test_dropout_only_in_training(differs):
     _, ours = make_pair()
     ours.dropout = 0.5
     q, k, v = inputs()
     ours.eval()
     torch.testing.assert_close(ours(q, k, v)[0], ours(q, k, v)[0])
     ours.train()
-    assert not torch.allclose(ours(q, k, v)[0], ours(q, k, v)[0])
+    differs(ours(q, k, v)[0], ours(q, k, v)[0], at_least=1e-2)  # a new dropout mask on every call
 
 
 def test_initialisation_is_xavier_on_the_input_projections_with_zero_biases():
@@ -379,13 +379,13 @@ def test_cache_weights_use_the_bottom_right_mask():
     assert (w[:, 0, 4] == 0).all() and (w[:, 0, :4] > 0).all() and (w[:, 1] > 0).all()
 
 
-def test_future_tokens_do_not_change_earlier_outputs():
+def test_future_tokens_do_not_change_earlier_outputs(differs):
     _, causal = make_causal()
     x = torch.randn(B, S, E, dtype=F64)
     changed = x.clone()
     changed[:, 3:] = torch.randn(B, S - 3, E, dtype=F64)
     torch.testing.assert_close(causal(changed)[0][:, :3], causal(x)[0][:, :3])
-    assert not torch.allclose(causal(changed)[0][:, 3:], causal(x)[0][:, 3:])
+    differs(causal(changed)[0][:, 3:], causal(x)[0][:, 3:], at_least=1e-2)
 
 
 def test_causal_self_attention_has_no_fixed_limit_and_no_mask_in_its_state():

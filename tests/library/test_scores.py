@@ -75,12 +75,12 @@ def test_bilinear_with_identity_equals_dot():
     assert_close(score(q, k), DotScore()(q, k), **EXACT)
 
 
-def test_bilinear_is_not_symmetric_in_general():
+def test_bilinear_is_not_symmetric_in_general(differs):
     # W is a general matrix (not an inner product): swapping its transpose changes the scores.
     score = BilinearScore(5, 5).double()
     q, k = qk(Dq=5, Dk=5)
     transposed = torch.einsum("bld,ed,bse->bls", q, score.weight, k)
-    assert not torch.allclose(score(q, k), transposed)
+    differs(score(q, k), transposed, at_least=1e-2)
 
 
 def test_bilinear_parameter_count():

@@ -95,7 +95,7 @@ def test_short_training_run_lowers_the_loss(score):
     assert not model.training  # left in eval mode
 
 
-def test_training_is_deterministic_given_seed():
+def test_training_is_deterministic_given_seed(differs):
     runs = []
     for _ in range(2):
         torch.manual_seed(3)
@@ -107,7 +107,7 @@ def test_training_is_deterministic_given_seed():
         assert torch.equal(value, runs[1][1][key]), key
     torch.manual_seed(3)
     other = build_model("bilinear", hidden_dim=8)
-    assert train(other, task=SMALL, steps=5, batch_size=8, seed=12, progress=False).losses != runs[0][0]
+    differs(train(other, task=SMALL, steps=5, batch_size=8, seed=12, progress=False).losses, runs[0][0], at_least=1e-2)
 
 
 class _Oracle(torch.nn.Module):

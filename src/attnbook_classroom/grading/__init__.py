@@ -15,6 +15,9 @@ The package is laid out as
 
 - :mod:`.harness`: :class:`Feedback`, the registry of exercises and parts, :func:`check`;
 - :mod:`.compare` and :mod:`.mistakes`: comparison with the reference, and the typical mistakes;
+- :mod:`.museum`: the classic bugs (the source material's and chapter 7's museum) written as wrong
+  answers for every exercise where they can occur, with the message each gets (the grader's first
+  test cases, and the table of what each exercise's grader names);
 - :mod:`.wire`: what crosses between the grader and the process that runs the student's code;
 - :mod:`.forked`: that process in a notebook (a fork of its kernel);
 - :mod:`.sandbox`, :mod:`.runner`, :mod:`.submission`: that process when a class is graded (a

@@ -104,13 +104,16 @@ PADDING_MASK = exercise(
     blocks=["attnbook.masks.padding_mask"])
 
 
+M_PADDING_POLARITY = M_POLARITY.replace("the scores to hide are where the mask is False (`~mask`), not where "
+                                        "it is True.", "True marks real tokens and False the padding.")
+
+
 def padding_case(lengths, S):
     ref = padding_mask(lengths, max_len=S)
     pos = torch.arange(S)[None, :]  # (1, S)
     out = yield call(lengths, S)
     compare(out, ref, "mask", [
-        (M_POLARITY.replace("the scores to hide are where the mask is False (`~mask`), not where it is "
-                            "True.", "True marks real tokens and False the padding."), lambda: ~ref),
+        (M_PADDING_POLARITY, lambda: ~ref),
         ("Off by one: position p is real when p < length (positions count from 0), not p <= length.",
          lambda: pos <= lengths[:, None]),
         ("Off by one: position p is real when p < length; you also dropped the last real token.",

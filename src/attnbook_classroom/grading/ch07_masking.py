@@ -15,7 +15,7 @@ from attnbook.masks import causal_mask, combine_masks, padding_mask
 from attnbook_classroom.grading.compare import Wrong, check_number, compare, match, same
 from attnbook_classroom.grading.harness import answer, call, exercise, part, seeded_answer
 from attnbook_classroom.grading.helpers import causal_mask_choices  # noqa: F401  (the exercise's cell prints them)
-from attnbook_classroom.grading.mistakes import M_NO_SCALE, M_POLARITY, rows_hint, softmax_variants
+from attnbook_classroom.grading.mistakes import M_AFTER, M_NO_SCALE, M_POLARITY, rows_hint, softmax_variants
 from attnbook_classroom.grading.sealed import Sealed
 
 # ------------------------------------------------------------------------------------------------
@@ -59,7 +59,8 @@ def masked_softmax_broadcast(case):
 @part(MASKED_SOFTMAX, "fp16")
 def masked_softmax_fp16(case):
     scores = case.randn(2, 3, 6, dtype=torch.float16)
-    yield from softmax_case(scores, case.mask(2, 3, 6))
+    # a fully-masked row: a finite fill that float16 cannot hold becomes -inf there, and then NaN
+    yield from softmax_case(scores, case.mask(2, 3, 6, fully_masked_rows=1))
 
 
 @part(MASKED_SOFTMAX, "large_scores")
@@ -243,6 +244,9 @@ def masked_attention_variants(q, k, v, mask, additive):
             s.masked_fill(~mask, low) + additive, dim=-1).masked_fill(~mask, 0.0))),
         (M_POLARITY, lambda: _attention_with(q, k, v, lambda s: safe(
             torch.where(mask, inf, s + additive)))),
+        (M_AFTER, lambda: _attention_with(q, k, v, lambda s: torch.softmax(s + additive, dim=-1) * mask)),
+        (M_AFTER + " Besides, " + M_ADDITIVE_IGNORED[0].lower() + M_ADDITIVE_IGNORED[1:],
+         lambda: _attention_with(q, k, v, lambda s: torch.softmax(s, dim=-1) * mask)),
         (M_ADDITIVE_IGNORED, lambda: _attention_with(q, k, v, lambda s: safe(
             torch.where(mask, s, inf)))),
         (M_BOOL_IGNORED, lambda: _attention_with(q, k, v, lambda s: safe(s + additive))),
@@ -332,6 +336,11 @@ def after_softmax_measures(seed: int) -> dict[str, float]:
     }
 
 
+M_NOT_RENORMALISED = ("That is the difference WITHOUT renormalising (exhibit 1 as it is; dividing by the sum "
+                      "over ALL keys, which is 1, changes nothing): divide each row of the zeroed weights by "
+                      "its own sum, `kept / kept.sum(-1, keepdim=True)`.")
+
+
 def after_softmax_part(name: str):
     def run(case):
         got, seed = yield from seeded_answer(("lost", "renormalised"), "`torch.Generator().manual_seed`")
@@ -356,11 +365,7 @@ def after_softmax_part(name: str):
             check_number(got.get(name), own, f"'lost' (seed {seed})", wrong, rel_tol=0, abs_tol=1e-4)
             return
         value = got.get(name)
-        wrong = [
-            ("That is the difference WITHOUT renormalising (exhibit 1 as it is; dividing by the sum over "
-             "ALL keys, which is 1, changes nothing): divide each row of the zeroed weights by its own "
-             "sum, `kept / kept.sum(-1, keepdim=True)`.", measured["renormalised/not"]),
-        ]
+        wrong = [(M_NOT_RENORMALISED, measured["renormalised/not"])]
         # renormalising is exactly masked_softmax up to float32 rounding: any value at that level is right
         check_number(value, own, f"'renormalised' (seed {seed})", wrong, rel_tol=0, abs_tol=1e-5)
     run.__name__ = f"mask_after_softmax_{name}"

@@ -13,9 +13,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attnbook.functional import attention, merge_heads, split_heads
 from attnbook.multihead import MultiHeadAttention
-from attnbook_classroom.grading.compare import Wrong, check_number, compare, matmul_hint, same
+from attnbook_classroom.grading.compare import M_NAN_ROWS, Wrong, check_number, compare, matmul_hint, same
 from attnbook_classroom.grading.harness import call, either, exercise, part, seeded_answer
-from attnbook_classroom.grading.mistakes import M_POLARITY
+from attnbook_classroom.grading.mistakes import M_AFTER, M_POLARITY
 
 M_SPLIT_NO_T = ("You split the width into heads with `view`/`reshape` to (B, H, L, D) directly, without "
                 "a transpose: that mixes positions across heads. Reshape to (B, L, H, D) first, then "
@@ -172,6 +172,19 @@ def mha_ref(query, key, value, W_q, W_k, W_v, W_o, H, mask=None, *, split=split_
     return out @ W_o.T if out_proj else out
 
 
+def mha_masked_by(query, key, value, W_q, W_k, W_v, W_o, H, mask, how):
+    """Multi-head attention with a mistaken use of the mask (B, L, S): ``how`` "after" applies it after
+    the softmax without renormalising, "inf" fills with -inf and leaves fully-masked rows NaN."""
+    q, k, v = split_heads(query @ W_q.T, H), split_heads(key @ W_k.T, H), split_heads(value @ W_v.T, H)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, L, S)
+    m = mask[:, None]  # (B, 1, L, S)
+    if how == "after":
+        weights = torch.softmax(scores, dim=-1) * m
+    else:
+        weights = torch.softmax(scores.masked_fill(~m, float("-inf")), dim=-1)
+    return merge_heads(weights @ v) @ W_o.T  # (B, L, E)
+
+
 def mha_variants(args, H, mask):
     query, key, value, W_q, W_k, W_v, W_o = args
     B, L, E = query.shape
@@ -194,6 +207,8 @@ def mha_variants(args, H, mask):
         ("You ran one head over the full width: split the projected q, k, v into H heads of width D.",
          lambda: mha_ref(*args, 1, mask, scale=1 / math.sqrt(D))),
         (M_POLARITY, lambda: mha_ref(*args, H, ~mask) if mask is not None else None),
+        (M_AFTER, lambda: mha_masked_by(*args, H, mask, "after") if mask is not None else None),
+        (M_NAN_ROWS, lambda: mha_masked_by(*args, H, mask, "inf") if mask is not None else None),
     ]
 
 

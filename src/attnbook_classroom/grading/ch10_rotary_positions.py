@@ -39,8 +39,10 @@ def rotated(x: Tensor, positions: Tensor, base: float = 10000.0, *, layout: str 
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-M_ADJACENT = ("You rotated neighbouring coordinates (0, 1), (2, 3), ... together. This book, like Llama, "
-              "pairs coordinate i with coordinate i + D/2: split x into its first and second halves.")
+M_ADJACENT = ("You rotated neighbouring coordinates (0, 1), (2, 3), ... together: that is the other layout, "
+              "`layout=\"interleaved\"` (RoFormer's and Meta's Llama code's). This exercise asks for the "
+              "layout of GPT-NeoX and Hugging Face, which pairs coordinate i with coordinate i + D/2: split "
+              "x into its first and second halves.")
 M_SIGN = ("Your pairs turn the wrong way: the rotation by an angle a sends (x1, x2) to "
           "(x1·cos a − x2·sin a, x2·cos a + x1·sin a). Check the sign of each sine term.")
 M_NO_D = ("Your angles are not divided by D: pair j turns by position · base^(−2j/D), so the exponent "
@@ -59,6 +61,7 @@ def rotary_variants(x: Tensor, positions: Tensor, base: float):
     arange = torch.arange(x.shape[-2])
     return [
         (M_ADJACENT, lambda: rotated(x, positions, base, layout="adjacent")),
+        (M_ADJACENT, lambda: apply_rotary(x, positions, base, layout="interleaved")),
         (M_ADJACENT + " " + M_SIGN, lambda: rotated(x, positions, base, layout="adjacent", sign=-1)),
         (M_SIGN, lambda: rotated(x, positions, base, sign=-1)),
         (M_NO_D, lambda: rotated(x, positions, base, rates="no_d")),
@@ -224,6 +227,34 @@ def extrapolation(seed: int) -> dict:
     return found
 
 
+M_FROM_THREE_WINDOW = ("Your 'window' value is right only because the windowed model is right at every "
+                       "position: counted from position 3 on it scores {value} as well. Your 'trained' value "
+                       "({trained}) is what counting from position 3 gives, so the same method measured "
+                       "'window': count only the targets at positions 32 and later, those the training never "
+                       "reached, for both models.")
+
+
+def window_method(got: dict, found: dict, seed: int) -> None:
+    """Raise Wrong when a right 'window' value was measured by the wrong method (counting from position 3).
+
+    The windowed model is right at every position, so its accuracy is the same counted from position 3
+    or from 32, and 'window' alone cannot tell the methods apart; the trained model's can (they differ
+    by far more than the tolerance), and the student measured both with the same code.
+    """
+    trained = got.get("trained")
+    if isinstance(trained, bool) or not isinstance(trained, (int, float)):
+        return
+    right = found["trained"]["right"]  # (B, L - 3): position t is column t - 3
+    from_three, from_32 = right.float().mean().item(), right[:, 32 - 3:].float().mean().item()
+    window = found["window"]["right"]
+    if abs(from_three - from_32) <= 1.5e-4 or abs(float(trained) - from_three) > 1.5e-4:
+        return
+    if abs(window.float().mean().item() - window[:, 32 - 3:].float().mean().item()) > 1.5e-4:
+        return  # the methods differ on 'window' itself: check_number has named it already
+    raise Wrong(f"Your answer for 'window' (seed {seed}) has the right value by the wrong method. "
+                + M_FROM_THREE_WINDOW.format(value=f"{window.float().mean().item():g}", trained=f"{float(trained):g}"))
+
+
 def extrapolation_part(name: str):
     other = "window" if name == "trained" else "trained"
 
@@ -247,6 +278,8 @@ def extrapolation_part(name: str):
             ("You started at position 29 (32 − 3): column t − 3 of the targets holds position t, so "
              "positions 32 and later are columns 29 and later.", right[:, 26:].float().mean().item()),
         ], rel_tol=0, abs_tol=1.5e-4)  # one flipped prediction of 9,600
+        if name == "window":
+            window_method(got, found, seed)
     run.__name__ = f"rotary_extrapolation_{name}"
     return run
 

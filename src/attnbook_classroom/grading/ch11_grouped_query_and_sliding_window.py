@@ -12,6 +12,7 @@ from attnbook.functional import attention
 from attnbook.masks import causal_mask
 from attnbook_classroom.grading.compare import Wrong, check_number, compare, same
 from attnbook_classroom.grading.harness import answer, call, exercise, part
+from attnbook_classroom.grading.mistakes import M_AFTER
 
 # ------------------------------------------------------------------------------------------------
 # Exercise 11.1: grouped_query_attention
@@ -51,7 +52,9 @@ def gqa_variants(q, k, v, mask):
     ]
     if mask is not None:
         variants += [(M_MASK, lambda: attention(q, *inter)[0]),
-                     (M_POLARITY, lambda: attention(q, *inter, ~mask)[0])]
+                     (M_POLARITY, lambda: attention(q, *inter, ~mask)[0]),
+                     (M_AFTER, lambda: torch.softmax(q @ inter[0].transpose(-2, -1) / math.sqrt(D), dim=-1)
+                      * mask @ inter[1])]
     return variants
 
 
@@ -150,6 +153,9 @@ def window_wide(case):
 # Exercise 11.3: window_cache_bytes (prediction)
 # ------------------------------------------------------------------------------------------------
 
+M_CACHE_PLUS_ONE = ("The rolling cache keeps W positions (the query itself and the W - 1 before it), "
+                    "not W + 1.")
+
 CACHE_SETUP = {"layers": 32, "H": 32, "H_kv": 8, "D": 128, "W": 4096, "S": 16384, "B": 1, "bytes": 2}
 
 CACHE = exercise(
@@ -194,8 +200,7 @@ def cache_part(name: str):
         if name == "window":
             wrong.insert(0, ("The rolling cache keeps the last W = 4,096 positions, not all S = 16,384.",
                              per * heads * setup["S"]))
-            wrong.insert(1, ("The rolling cache keeps W positions (the query itself and the W - 1 before "
-                             "it), not W + 1.", per * heads * (setup["W"] + 1)))
+            wrong.insert(1, (M_CACHE_PLUS_ONE, per * heads * (setup["W"] + 1)))
         if name == "grouped":
             wrong.insert(0, ("That is the cache with a window; 'grouped' keeps all S = 16,384 positions.",
                              per * heads * setup["W"]))

@@ -95,20 +95,29 @@ def induction_one(case):
 KNOCK_OUT = exercise(
     "knock_out_heads",
     "answer: a dict {'seed': int, 'previous_token': float, 'induction': float}: with the shipped model "
-    "(attnbook_tools.induction.load_model()) and the batch induction_batch(500, 32, 8, 16, "
-    "generator=torch.Generator().manual_seed(seed)), the copy loss (copy_loss) with the model's "
-    "previous-token head knocked out, and with its induction head knocked out (one head at a time).")
+    "trained with seed 0 (attnbook_tools.induction.load_model(0)) and the batch induction_batch(500, 32, "
+    "8, 16, generator=torch.Generator().manual_seed(seed)), the copy loss (copy_loss) with the model's "
+    "previous-token head knocked out, and with its induction head knocked out (one head at a time). "
+    "'seed' only draws the batch; the model is always seed 0's.")
 
 KNOCK_BATCH = 500
+OTHER_MODEL_SEEDS = (1, 2, 3)  # the other shipped models: loading one of them is a mistake to name
 
 
 @functools.lru_cache(maxsize=1)
 def shipped_heads():
     """The shipped model, its previous-token head and its induction head (the highest score of each
     on the test batch), and every head's scores."""
+    return model_heads(0)
+
+
+@functools.lru_cache(maxsize=4)
+def model_heads(model_seed: int):
+    """The shipped model trained with ``model_seed``, its previous-token head and its induction head
+    (the highest score of each on the test batch), and every head's scores."""
     from attnbook_tools.induction import load_model, measure_heads, test_batch
 
-    model, _ = load_model()
+    model, _ = load_model(model_seed)
     scores = {kind: torch.tensor(table) for kind, table in measure_heads(model, test_batch()).items()}
     found = {}
     for kind, table in scores.items():  # table (layers, H)
@@ -117,15 +126,42 @@ def shipped_heads():
     return model, found, scores
 
 
+def knock_batch(seed: int):
+    """The exercise's batch drawn with the student's seed: tokens (B, L), first (B,), second (B,)."""
+    from attnbook_tools.induction import CONFIG, TRAINING
+
+    return induction_batch(KNOCK_BATCH, TRAINING["seq_len"], TRAINING["segment_len"], CONFIG["vocab_size"],
+                           generator=torch.Generator().manual_seed(seed))
+
+
+@functools.lru_cache(maxsize=8)
+def other_model_losses(seed: int) -> dict:
+    """On the seeded batch, the copy loss of each other shipped model (seeds 1..3) with its own
+    previous-token or induction head knocked out: {model_seed: {kind: loss}}; a model whose weights
+    are not shipped is left out."""
+    from attnbook_tools.induction import TRAINING, checkpoint_path
+
+    n = TRAINING["segment_len"]
+    tokens, first, second = knock_batch(seed)
+    out = {}
+    with torch.no_grad():
+        for model_seed in OTHER_MODEL_SEEDS:
+            if not checkpoint_path(model_seed).exists():
+                continue
+            model, found, _ = model_heads(model_seed)
+            out[model_seed] = {kind: copy_loss(model(tokens, knock_out={head}), tokens, first, second, n)[0].item()
+                               for kind, head in found.items()}
+    return out
+
+
 @functools.lru_cache(maxsize=8)
 def knocked_losses(seed: int):
     """Copy loss and accuracy of the shipped model on the seeded batch: whole, and each head knocked out."""
     model, found, _ = shipped_heads()
-    from attnbook_tools.induction import CONFIG, TRAINING
+    from attnbook_tools.induction import TRAINING
 
     n = TRAINING["segment_len"]
-    tokens, first, second = induction_batch(KNOCK_BATCH, TRAINING["seq_len"], n, CONFIG["vocab_size"],
-                                            generator=torch.Generator().manual_seed(seed))
+    tokens, first, second = knock_batch(seed)
     out = {}
     with torch.no_grad():
         out[None] = copy_loss(model(tokens), tokens, first, second, n)
@@ -165,6 +201,10 @@ def knock_part(kind: str):
                     which = "a head that is neither of the two"
                 wrong.append((f"That is the loss with layer {other[0]}, head {other[1]} knocked out, "
                               f"{which}; find the {name} head by its score.", loss))
+        for model_seed, theirs in other_model_losses(seed).items():
+            wrong.append((f"That is the loss of the model trained with seed {model_seed} "
+                          f"(load_model({model_seed})). The exercise measures the seed-0 model, load_model(0), "
+                          f"whatever seed you choose: your seed only draws the batch.", theirs[kind]))
         check_number(got.get(kind), ref, f"the {name} head knocked out (seed {seed})", wrong,
                      rel_tol=1e-4, abs_tol=1e-4)
     run.__name__ = f"knock_out_heads_{kind}"

@@ -18,11 +18,15 @@ from torch import Tensor
 from attnbook_classroom.grading.wire import ErrorInfo, Foreign
 
 __all__ = ["Wrong", "same", "tolerance", "match", "compare", "check_number", "fmt", "exception_message",
-           "matmul_hint", "warning_notes", "M_NAN_ROWS"]
+           "matmul_hint", "warning_notes", "M_NAN_ROWS", "M_FP16_OVERFLOW"]
 
 M_NAN_ROWS = ("Rows whose keys are all masked come out as NaN: a softmax over a row of -inf is 0/0. "
               "Such a query must get zero weights (and a zero output): find the rows with nothing "
               "to attend to, take the softmax with their scores replaced by 0, then set their weights to 0.")
+
+
+M_FP16_OVERFLOW = ("A fill value such as -1e9 does not fit in float16 (its largest magnitude is 65504). "
+                   "Fill with `torch.finfo(scores.dtype).min`, which fits every dtype.")
 
 
 class Wrong(Exception):
@@ -153,8 +157,7 @@ def check_number(value: Any, ref: float, what: str, variants=(), rel_tol: float 
 def _common_hint(err: ErrorInfo) -> str | None:
     text = err.message
     if "without overflow" in text and ("Half" in text or "BFloat16" in text):
-        return ("A fill value such as -1e9 does not fit in float16 (its largest magnitude is 65504). "
-                "Fill with `torch.finfo(scores.dtype).min`, which fits every dtype.")
+        return M_FP16_OVERFLOW
     if "view size is not compatible" in text:
         return ("`.view` needs a contiguous tensor, and a transposed tensor is not: use `.reshape(...)` "
                 "or call `.contiguous()` before `.view`.")

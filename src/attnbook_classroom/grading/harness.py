@@ -310,11 +310,28 @@ class PendingPart:
         raise RuntimeError(f"part {self.exercise_id}/{self.name} yielded more than once")
 
 
+def _mib(n: Any) -> str:
+    try:
+        return f"{float(n) / (1 << 20):.1f} MiB"
+    except (TypeError, ValueError):
+        return "?"
+
+
+def too_large_message(size: Any, limit: Any) -> str:
+    """What the student reads when their results were too large to cross back to the grader."""
+    return (f"Your function's results for this test came to {_mib(size)}, more than the {_mib(limit)} the "
+            "grader accepts from one test, so they were not compared. The expected result is far smaller: "
+            "check the shape and the dtype of what you return (a tensor of the wrong shape, broadcast "
+            "too far, or a copy of the inputs returned with it).")
+
+
 def _value(raw: Any, c: Call) -> Any:
     """The decoded result of one call; raises Wrong when the student's code raised."""
     if not isinstance(raw, dict):
         raise Wrong("The grader could not read your function's result.")
     if not raw.get("ok"):
+        if "too_large" in raw:
+            raise Wrong(too_large_message(raw.get("too_large"), raw.get("limit")))
         if "not_callable" in raw:
             raise Wrong(f"Expected a function, got {raw['not_callable']} {raw.get('text', '')!s:.80}.")
         err = raw.get("error") or {}
@@ -335,7 +352,7 @@ def _value(raw: Any, c: Call) -> Any:
 def run_in_fork(fn: Any, specs: list[dict]) -> bytes:
     """Run ``specs`` against ``fn`` (in the child process) and return the raw results, written."""
     torch.set_num_threads(1)
-    return wire.dumps([wire.execute(fn, spec) for spec in specs])
+    return wire.dumps_results([wire.execute(fn, spec) for spec in specs])
 
 
 def check(exercise_id: str, fn: Any, part: str | None = None, *, seed: int = 0,

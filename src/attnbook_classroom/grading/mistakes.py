@@ -30,8 +30,11 @@ M_WEAK_FILL = ("Your fill value is not negative enough: here the real scores are
 M_NO_SCALE = ("The scores are not scaled: divide q·k by √D (the square root of the query/key width), "
               "as in softmax(q kᵀ / √D).")
 M_SCALE_D = "You divided the scores by D; divide by √D (`math.sqrt(D)`) instead."
-M_FP16_FILL = ("In float16 your fill value overflows to -inf, so fully-masked rows become NaN: find the "
-               "rows with nothing to attend to and give them zero weights (a softmax over -inf alone is 0/0).")
+M_FP16_FILL = ("Rows whose keys are all masked come out as NaN in float16. A finite fill such as -1e9 does "
+               "not fit in float16 (its largest magnitude is 65504): `torch.where` rounds it to -inf, so a row "
+               "with every key masked is all -inf, and a softmax over it is 0/0. Find the rows with nothing to "
+               "attend to and give them zero weights; `torch.finfo(scores.dtype).min` is the finite fill that "
+               "fits every dtype.")
 
 
 def softmax_variants(scores: Tensor, mask: Tensor):
@@ -42,6 +45,8 @@ def softmax_variants(scores: Tensor, mask: Tensor):
         out.append((M_WRONG_DIM.format(dim=d), lambda d=d: masked_softmax(scores, mask, dim=d)))
         out.append((M_WRONG_DIM.format(dim=d),
                     lambda d=d: torch.softmax(scores.masked_fill(~mask, -1e9), dim=d)))
+    if scores.dtype == torch.float16:  # -1e9 does not fit: torch.where rounds it to -inf
+        out.append((M_FP16_FILL, lambda: torch.softmax(torch.where(mask, scores, -1e9), dim=-1)))
     out += [
         (M_POLARITY, lambda: masked_softmax(scores, ~mask)),
         (M_POLARITY, lambda: torch.softmax(scores.masked_fill(mask, fill), dim=-1)),

@@ -194,7 +194,7 @@ def worker(job: dict, skip: set[int], first: int, fd: int) -> None:
                 raws = [{"ok": False, "error": wire.exception_info(exc), "warnings": []} for _ in check["specs"]]
             else:
                 raws = [wire.execute(fn, spec) for spec in check["specs"]]
-            send(fd, b"r", k, wire.dumps(raws))
+            send(fd, b"r", k, wire.dumps_results(raws, MAX_FRAME))
     finally:
         os._exit(0)
 

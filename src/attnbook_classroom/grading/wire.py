@@ -147,6 +147,16 @@ def dumps(data) -> bytes:
     return buffer.getvalue()
 
 
+def dumps_results(raws: list, limit: int = MAX_BYTES) -> bytes:
+    """The raw results of one part, written; when they exceed ``limit`` bytes, a small stand-in for
+    each call instead, ``{"ok": False, "too_large": size, "limit": limit}`` (``size`` the bytes of the
+    whole part's results), so that an honest but huge result is reported as such rather than lost."""
+    blob = dumps(raws)
+    if len(blob) <= limit:
+        return blob
+    return dumps([{"ok": False, "too_large": len(blob), "limit": limit, "warnings": []} for _ in raws])
+
+
 def loads(blob: bytes, limit: int = MAX_BYTES):
     """Read what :func:`dumps` wrote, refusing more than ``limit`` bytes (packed or unpacked)."""
     if len(blob) > limit:

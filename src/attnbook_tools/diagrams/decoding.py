@@ -199,7 +199,7 @@ def draw_kv_cache(module: CausalSelfAttention | TinyTransformer, inputs: Tensor,
         if s.token is not None:
             canvas.text(x0 + S * cw + 0.1, y - ch * (L + 0.5), f"next: {s.token}", size=SMALL_POINTS, ha="left")
         y -= (1 + L) * ch + 0.3 + head
-    canvas.text(0.1, 0.7, "Query i of a step sees keys j ≤ i + S − L\n(causal_mask, aligned to the bottom right).",
+    canvas.text(0.1, 0.7, "The query at position p sees the keys j ≤ p\n(causal_mask, aligned to the bottom right).",
                 size=SMALL_POINTS, ha="left")
     canvas.legend([CACHED, NEW, ALLOWED, BLOCKED], 0.1, 0.22, gap=0.3)
     first = steps[0]

@@ -24,6 +24,7 @@ from attnbook import _checks as check
 from attnbook.functional import attention, upcast
 from attnbook.tiled import online_softmax_step, tiled_attention
 from attnbook_tools.diagrams.canvas import SMALL_POINTS, TENSOR, Canvas, Style, ramp
+from attnbook_tools.plots import COLUMN_INCHES
 from attnbook_tools.diagrams.description import Description
 
 __all__ = ["TileState", "online_softmax_states", "draw_online_softmax"]
@@ -93,8 +94,9 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
     weights exp(s - m) / l, which equal the softmax of all the scores.
 
     Returns:
-        ``(figure, description)``: boxes ``q``, ``k``, ``v``, ``output``; grid ``tiles`` (the tile of
-        each key); facts ``states`` (per tile, rounded to 4 decimals) and ``weights``.
+        ``(figure, description)``: grid ``tiles`` (the tile of each key); facts ``states`` (per tile,
+        rounded to 4 decimals) and ``weights``. No shape boxes: the subject is one query's
+        row of scores.
 
     Shapes:
         q (..., L, D), k (..., S, D), v (..., S, Dv)
@@ -115,8 +117,11 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
     weights = (scores - final.m[row]).exp() / final.l[row]  # (S,)
     torch.testing.assert_close(weights, torch.softmax(scores, dim=-1))  # the weights, recovered
     n = len(states)
-    canvas = Canvas(where, title or f"The online softmax of query {query}, tile by tile", 3.9 + 0.27 * n)
     x0, ch = 1.5, 0.3  # inches: the page's column is 5.88 wide
+    # no wider than the scores need, so that a phone scales the text down less
+    width = min(COLUMN_INCHES, max(4.4, x0 + 0.2 + 0.45 * S))
+    canvas = Canvas(where, title or f"The online softmax of query {query}, tile by tile", 3.3 + 0.27 * n,
+                    width=width)
     cw = min(0.45, (canvas.width - 0.1 - x0) / S)
     tile_styles = [Style(t.face) for t in ramp(n, low=0.55, high=0.95)]  # no hatching under numbers
     tile_of = [t.index for t in states for _ in t.keys]
@@ -124,7 +129,7 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
     canvas.cells("tiles", (x0, top), (cw, ch), [tile_of], {t: tile_styles[t] for t in range(n)},
                  meaning={t: f"tile {t}" for t in range(n)}, symbols={t: str(t) for t in range(n)},
                  rows=["key"], cols=[str(j) for j in range(S)], texts=[[f"{float(s):.2f}" for s in scores]])
-    canvas.text(0.1, top - ch / 2, f"scaled scores\nof query {query}", size=SMALL_POINTS, ha="left")
+    canvas.text(0.1, top - ch / 2, f"scores\nof query {query}", size=SMALL_POINTS, ha="left")
     for t in states:
         mid = x0 + (t.keys.start + t.keys.stop) / 2 * cw
         canvas.text(mid, top + 0.13, f"tile {t.index}" if len(t.keys) * cw >= 0.55 else str(t.index), size=SMALL_POINTS)
@@ -135,8 +140,8 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
                  texts=[[f"{float(w):.2f}" for w in weights]], record=False)
     canvas.text(0.1, top - 1.5 * ch - 0.15, "weights\nexp(s − m) / ℓ", size=SMALL_POINTS, ha="left")
     # the table of states
-    headers = ["tile", "keys", "tile max", "m after", "c = exp(m_old − m)", "ℓ after"]
-    xs = [0.3, 0.85, 1.65, 2.55, 3.85, 5.25]
+    headers = ["tile", "m after", "c = exp(m_old − m)", "ℓ after"]
+    xs = [0.3, 1.1, 2.35, 3.75]
     y = top - 2 * ch - 0.6
     for x, h in zip(xs, headers):
         canvas.text(x, y, h, size=SMALL_POINTS, fontweight="bold")
@@ -147,18 +152,13 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
         state = {"tile": t.index, "keys": t.keys, "tile max": round(float(t.tile_max[row]), 4),
                  "m": round(float(t.m[row]), 4), "c": round(float(t.correction[row]), 4),
                  "l": round(float(t.l[row]), 4)}
-        cells = [str(t.index), f"{t.keys.start}–{t.keys.stop - 1}", f"{state['tile max']:.4f}", f"{state['m']:.4f}",
-                 f"{state['c']:.4f}" + (" (empty sums)" if t.index == 0 else ""), f"{state['l']:.4f}"]
+        cells = [str(t.index), f"{state['m']:.4f}", f"{state['c']:.4f}" + (" (empty sums)" if t.index == 0 else ""),
+                 f"{state['l']:.4f}"]
         for x, text in zip(xs, cells):
             canvas.text(x, y, text, size=SMALL_POINTS)
         rows.append(state)
-    canvas.text(canvas.width / 2, y - 0.5, f"output = acc / ℓ after tile {n - 1}: equal to tiled_attention("
+    canvas.text(canvas.width / 2, y - 0.6, f"output = acc / ℓ after tile {n - 1}:\nequal to tiled_attention("
                 f"block_size={block_size})\nand to the softmax over all {S} keys", size=SMALL_POINTS)
-    lead = {2: "", 3: "B, ", 4: "B, H, "}[q.dim()]
-    for i, (name, t, letters) in enumerate((("q", q, "L, D"), ("k", k, "S, D"), ("v", v, "S, Dv"),
-                                             ("output", output, "L, Dv"))):
-        line, col = divmod(i, 2)  # two by two: four shapes of up to four letters do not fit one row
-        canvas.tensor_label(name, name, 1.5 + 2.9 * col, 0.85 - 0.5 * line, shape=t.shape, letters=lead + letters)
     facts = {
         "block_size": block_size,
         "states": rows,
@@ -168,7 +168,7 @@ def draw_online_softmax(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, que
     }
     maxima = ", ".join(f"{r['m']:.4f}" for r in rows)
     raised = [t.index for prev, t in zip(states, states[1:]) if float(t.m[row]) > float(prev.m[row])]
-    summary = (f"The S = {S} scaled scores of query {query} are visited in {n} tiles of at most {block_size} keys. "
+    summary = (f"The S = {S} scores of query {query} are visited in {n} tiles of at most {block_size} keys. "
                f"After each tile the running maximum m is {maxima}; "
                + (f"tile{'s' if len(raised) > 1 else ''} {', '.join(map(str, raised))} raise{'' if len(raised) > 1 else 's'} "
                   "it, so the sums so far are multiplied by a correction below 1; " if raised

@@ -151,8 +151,11 @@ def install_cell(book: Book, packages: list[str] = ()) -> nbformat.NotebookNode:
     missing = [p for p in packages if p not in pins]
     if missing:
         raise RunnableError(f"requirements.txt pins no version of {', '.join(missing)}, which a chapter imports")
-    extra = "".join(f', "{pins[p]}"' for p in packages)
-    also = f"\n    # (and {', '.join(pins[p] for p in packages)}, which this chapter imports)" if packages else ""
+    torch = pins.get("torch", "torch==?").split("==", 1)[1]
+    more = "".join(f', "{pins[p]}"' for p in packages)
+    more = ("\n    # what this chapter imports besides, at the book's pins\n"
+            f'    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet"{more}],\n'
+            "                   check=True)" if packages else "")
     source = f'''# In Google Colab, run this cell first: it fetches the book and installs its package.
 # Anywhere else (JupyterLab, Binder, Jupyter) it only checks that the package is installed.
 import sys
@@ -165,9 +168,10 @@ if "google.colab" in sys.modules:
     if not os.path.isdir(BOOK):
         subprocess.run(["git", "clone", "--depth", "1", "--branch", "{book.branch}",
                         "{book.repository_url}", BOOK], check=True)
-    # the library and the chapters' tooling; Colab's own torch satisfies the library's range{also}
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-e", BOOK + "[book]"{extra}],
-                   check=True)
+    # the book's package without its dependencies: Colab's own torch, numpy and plotting packages
+    # serve it (its pin, torch=={torch}, would replace Colab's torch)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "-e", BOOK],
+                   check=True){more}
     sys.path.insert(0, os.path.join(BOOK, "src"))
 else:
     try:
@@ -181,9 +185,19 @@ else:
 
 
 def _multiline_strings(source: str) -> bool:
+    """Whether a string other than a docstring spans several lines (indenting would change its
+    value; a docstring's indentation is not part of what it says)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython syntax: refused below, with its own message
+        tree = ast.Module(body=[], type_ignores=[])
+    docstrings = {node.body[0].lineno for node in ast.walk(tree)
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+                  and isinstance(node.body[0].value.value, str)}
     tokens = tokenize.generate_tokens(io.StringIO(source).readline)
     strings = {tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}  # f-strings: Python 3.12+
-    return any(t.type in strings and t.start[0] != t.end[0] for t in tokens)
+    return any(t.type in strings and t.start[0] != t.end[0] and t.start[0] not in docstrings for t in tokens)
 
 
 def playground_source(source: str, docname: str = "") -> str:
