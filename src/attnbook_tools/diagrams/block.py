@@ -147,8 +147,10 @@ def _is_tensor_meta(meta) -> bool:
 
 def draw_block(block: nn.Module, x: Tensor, *, title: str | None = None) -> tuple[Figure, Description]:
     """Draw :func:`block_flow`: the residual stream on the left (input, sums, output), the
-    sub-layers on the right, one row per step in the order the forward runs them, each with its
-    output shape; an arrow for every value a step reads.
+    sub-layers on the right, one row per step in the order the forward runs them; the stream's
+    boxes carry their shape, a sub-layer's box says what it does (an MLP's widths as multiples of
+    E, an attention's heads, a dropout's rate p) and shows its shape only where it differs from
+    the input's; an arrow for every value a step reads.
 
     Returns:
         ``(figure, description)`` with one box per step (named as in the traced graph: ``x``,
@@ -173,9 +175,12 @@ def draw_block(block: nn.Module, x: Tensor, *, title: str | None = None) -> tupl
         elif s.on_stream:
             canvas.box(s.name, s.label, (stream_x, y), (2.2, 0.42), shape=s.shape,
                        letters=letters.get(len(s.shape or ())), style=STREAM, compact=True)
-        else:
+        else:  # a branch: what it does; its shape only where it differs from the stream's
+            target = s.label.split(":")[0]
+            what = _what(block.get_submodule(target), x.shape[-1]) if s.kind == "module" else None
             canvas.box(s.name, s.label, (side_x, y), (2.9, 0.42), shape=s.shape,
-                       letters=letters.get(len(s.shape or ())), kind="op", compact=True)
+                       letters=letters.get(len(s.shape or ())), kind="op", compact=True,
+                       tex=f"{target}: {what}" if what else None, show_shape=s.shape != tuple(x.shape))
     for s in steps:
         for src in s.inputs:
             residual = s.kind == "add" and next(t for t in steps if t.name == src).on_stream
@@ -188,6 +193,28 @@ def draw_block(block: nn.Module, x: Tensor, *, title: str | None = None) -> tupl
     return canvas.finish(summary, facts)
 
 
+def _what(module: nn.Module, E: int) -> str | None:
+    """What a sub-layer does, in the words of the chapter: the widths of an MLP as multiples of E,
+    the heads of an attention, the rate of a dropout (None: its class name says it)."""
+    def width(n: int) -> str:
+        return "E" if n == E else (f"{n // E}E" if n % E == 0 else str(n))
+
+    if isinstance(module, nn.Sequential):
+        linears = [m for m in module if isinstance(m, nn.Linear)]
+        others = [type(m).__name__ for m in module if not isinstance(m, nn.Linear)]
+        if linears:
+            widths = [width(linears[0].in_features)] + [width(m.out_features) for m in linears]
+            return "MLP " + " → ".join(widths) + (f", {', '.join(others)}" if others else "")
+    heads = getattr(module, "num_heads", None)
+    if heads is not None:
+        kind = "causal attention" if "Causal" in type(module).__name__ else "attention"
+        rate = getattr(module, "dropout", None)  # the dropout on its weights
+        return f"{kind}, H = {heads}" + (f", p = {rate:g}" if isinstance(rate, float) else "")
+    if isinstance(module, nn.Dropout):
+        return f"p = {module.p:g}"
+    return None
+
+
 def _summary(name: str, steps: list[FlowStep]) -> str:
     """What the drawn forward does, in words made from the steps: the sums, the branches that are
     added back, and what the stream itself passes through (a post-norm block's LayerNorms)."""
@@ -197,7 +224,7 @@ def _summary(name: str, steps: list[FlowStep]) -> str:
     text = f"The forward of {name} read from its traced graph, bottom to top"
     if not sums:
         return (f"{text}: no residual sum, so the input passes through every step in turn "
-                f"({', '.join(side) or 'none'}) to the output; every box carries the shape of its output.")
+                f"({', '.join(side) or 'none'}) to the output; the stream's boxes carry their shape, and a branch shows its shape only where it differs from the input's.")
     ordinal = {1: "1st", 2: "2nd", 3: "3rd"}
     on_stream = ""
     if through:
@@ -210,7 +237,7 @@ def _summary(name: str, steps: list[FlowStep]) -> str:
         on_stream = f"; the stream itself passes through {', '.join(after)}"
     return (f"{text}: the residual stream on the left ({len(sums)} sum{'s' if len(sums) != 1 else ''} marked +"
             f"{on_stream}), the branches on the right ({', '.join(side) or 'none'}), which read the stream and "
-            "are added back at a +; every box carries the shape of its output.")
+            "are added back at a +; the stream's boxes carry their shape, and a branch shows its shape only where it differs from the input's.")
 
 
 def _mid(canvas: Canvas, a: str, b: str) -> float:

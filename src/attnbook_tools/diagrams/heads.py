@@ -75,7 +75,9 @@ def draw_qkv(projections: MultiHeadAttention | Sequence[nn.Linear | Tensor], que
     Returns:
         ``(figure, description)``; the description's boxes are ``x`` (and ``memory`` for
         cross-attention), ``W_q``, ``W_k``, ``W_v``, ``q``, ``k``, ``v``, ``scores``, ``weights``,
-        ``heads_out`` and, for a module, ``output``.
+        ``heads_out`` and, for a module, ``W_o`` and ``output``. A module's weight boxes are its
+        ``nn.Linear`` weights, labelled as the notation page has them: ``q_proj.weight`` holds
+        :math:`W_Q^\\top`, and ``q = x W_Q``.
 
     Shapes:
         query (B, L, E), key (B, S, Ek), value (B, S, Ev) -> q (B, H, L, D), k (B, H, S, D),
@@ -118,12 +120,15 @@ def draw_qkv(projections: MultiHeadAttention | Sequence[nn.Linear | Tensor], que
     for (name, tensor), w in zip((("q", q), ("k", k), ("v", v)), weights):
         length = "L" if name == "q" else "S"
         width = v_width if name == "v" else "D"
-        canvas.box(f"W_{name}", f"W_{name}", (cols[1], rows[name]), (0.74, 0.62), shape=w.shape,
-                   letters=f"{out_letters[name]}, {in_letters[name]}", kind="param", tex=f"$W_{name}$")
+        # a module's weights are nn.Linear weights, which hold W^T of the book's x W (notation page)
+        canvas.box(f"W_{name}", f"{name}_proj.weight" if heads else f"W_{name}", (cols[1], rows[name]),
+                   (0.74, 0.62), shape=w.shape, letters=f"{out_letters[name]}, {in_letters[name]}",
+                   kind="param", tex=f"$W_{name.upper()}^\\top$" if heads else f"$W_{name}$")
         canvas.arrow(inputs[name], f"W_{name}")
         source = "x" if inputs[name] == "x" else "m"
         canvas.box(name, name, (cols[2], rows[name]), size, shape=tensor.shape,
-                   letters=f"{hl}, {length}, {width}", tex=f"${name} = {source}\\, W_{name}^\\top$")
+                   letters=f"{hl}, {length}, {width}",
+                   tex=f"${name} = {source}\\, W_{name.upper()}$" if heads else f"${name} = {source}\\, W_{name}^\\top$")
         canvas.arrow(f"W_{name}", name)
     mid = (rows["q"] + rows["k"]) / 2
     canvas.box("scores", "scores", (cols[3], mid), size, shape=scores.shape, letters=f"{hl}, L, S",
@@ -145,8 +150,13 @@ def draw_qkv(projections: MultiHeadAttention | Sequence[nn.Linear | Tensor], que
         output = projections.out_proj(merge_heads(heads_out))  # (B, L, E)
         expected, _ = projections(query, key, value)
         torch.testing.assert_close(output, expected)  # the drawn path is the module's forward
-        canvas.box("output", "output", (cols[4], rows["v"] - 1.0), size, shape=output.shape, letters="B, L, E")
-        canvas.arrow("heads_out", "output", label="merge_heads, out_proj", label_xy=(cols[4] - 0.1, rows["v"] - 0.5), label_ha="right")
+        w_o = projections.out_proj.weight  # (E, E): W_O^T
+        canvas.box("W_o", "out_proj.weight", (cols[4], rows["v"] - 1.0), (0.74, 0.62), shape=w_o.shape,
+                   letters="E, E", kind="param", tex="$W_O^\\top$")
+        canvas.arrow("heads_out", "W_o", label="merge_heads", label_xy=(cols[4] - 0.1, rows["v"] - 0.5),
+                     label_ha="right")
+        canvas.box("output", "output", (cols[3], rows["v"] - 1.0), size, shape=output.shape, letters="B, L, E")
+        canvas.arrow("W_o", "output")
         facts["output equals the module's forward"] = True
     summary = ("Three weight matrices project the input into queries, keys and values"
                + (f", each split into {H} heads of D = {q.shape[-1]} columns" if heads else "")

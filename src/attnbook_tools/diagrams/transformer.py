@@ -95,7 +95,7 @@ def draw_transformer_encoder_decoder(model: EncoderDecoder, src: Tensor, key_mas
     canvas.box("encoder", f"encoder block{'s' if n_enc > 1 else ''} × {n_enc}", (ex, y_enc), (ew, h),
                shape=memory.shape, letters="B, S, E", kind="op", compact=True)
     canvas.box("memory", "memory (final LayerNorm)", (ex, y_mem), (ew, h), shape=memory.shape,
-               letters="B, S, E", compact=True)
+               letters="B, S, E", compact=True, tex="memory")  # the caption says it is normalised
     for a, b in (("src", "src_embedded"), ("src_embedded", "encoder"), ("encoder", "memory")):
         canvas.arrow(a, b)
     # the key mask: one row per source, one cell per key
@@ -125,7 +125,8 @@ def draw_transformer_encoder_decoder(model: EncoderDecoder, src: Tensor, key_mas
     for a, b in (("tgt_in", "tgt_embedded"), ("tgt_embedded", "self_attention"),
                  ("self_attention", "cross_attention"), ("cross_attention", "mlp"), ("mlp", "logits")):
         canvas.arrow(a, b)
-    canvas.arrow("memory", "cross_attention", label="keys, values")
+    canvas.arrow("memory", "cross_attention", label="keys, values",
+                 label_xy=((ex + ew / 2 + sx - sw / 2) / 2 + 0.08, y_mem + 0.02))  # clear of the box
     canvas.arrow("key_mask", "cross_attention", label="key_mask")
     # the causal self-attention of one target: which keys got weight
     side = min(0.8, 0.075 * L)
