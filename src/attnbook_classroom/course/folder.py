@@ -135,11 +135,12 @@ c.SandboxedGrading.student_timeout = 180.0  # seconds for all of one student's n
 c.SandboxedGrading.max_notebook_bytes = 16_000_000  # a larger notebook is not graded (make grade)
 c.SandboxedGrading.max_cells = 1000  # nor one with more cells
 # Feedback pages never show the hidden tests' code, nor run a script or request anything.
-# Their maths is MathML (read offline, without MathJax), their messages wrap.
+# Their maths is MathML (read offline, without MathJax; the exporter writes it), their messages wrap.
+# Nothing after ShowAsData rewrites a markdown cell (it judged the page that cell's text makes).
 c.GenerateFeedback.preprocessors = [
     "attnbook_classroom.course.plugins.ShowAsData",  # also for notebooks autograded before it existed
     "nbgrader.preprocessors.GetGrades", "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
-    "attnbook_classroom.course.plugins.HideHiddenTests", "attnbook_classroom.course.plugins.TypesetMaths"]
+    "attnbook_classroom.course.plugins.HideHiddenTests"]
 c.GenerateFeedback.exporter_class = "attnbook_classroom.course.plugins.FeedbackExporter"
 # Late submissions are recorded and listed in grades.csv; set "zero" here (or in the local file)
 # to give them no points, or write a LateSubmissionPlugin of your own.

@@ -8,12 +8,16 @@
   isolation as ``make grade``, which only computes the verdicts ahead, in parallel.
 - :class:`RestoreLockedCells` is nbgrader's ``OverwriteCells`` without the false "checksum has
   changed" warning for a test cell whose only difference is its removed hidden tests.
-- :class:`HideHiddenTests` removes hidden tests from the feedback pages.
+- :class:`HideHiddenTests` removes hidden tests from the feedback pages (from code cells only).
 - :class:`ShowAsData` makes what a student wrote safe to show (:mod:`.sanitize`): last in
   ``autograde``, so that formgrader and the feedback pages show it as data, never as markup or script.
+  It judges a markdown cell by the page nbconvert makes of its text, so nothing after it rewrites a
+  markdown cell's text: removing lines could open a code fence (a "BEGIN HIDDEN TESTS" line in
+  markdown), and maths written into the markdown as MathML could close a code span.
 - :class:`FeedbackExporter` is nbconvert's ``HTMLExporter`` whose compiled page templates are kept
   for the life of the process, so that a grading worker compiles them once, not once per page; its
-  pages run no script and request nothing (their maths is MathML, :class:`TypesetMaths`).
+  pages run no script and request nothing: their maths is MathML, written by the renderer
+  (:class:`MathMLRenderer`) as it renders the markdown, never into the markdown.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import re
 
 import jinja2
 from nbconvert.exporters import HTMLExporter
+from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor, OverwriteCells
 from traitlets import Bool, Float, Integer, Unicode
 
@@ -33,7 +38,7 @@ from attnbook_classroom.course.notebooks import REPO
 from attnbook_classroom.course.sanitize import sanitize_notebook
 
 __all__ = ["SandboxedGrading", "RestoreLockedCells", "HideHiddenTests", "ShowAsData", "FeedbackExporter",
-           "TypesetMaths", "typeset", "scrubbed_paths", "FEEDBACK_POLICY"]
+           "MathMLRenderer", "mathml", "TypesetMaths", "scrubbed_paths", "FEEDBACK_POLICY"]
 
 
 def scrubbed_paths(root: pathlib.Path) -> list[str]:
@@ -102,9 +107,15 @@ class RestoreLockedCells(OverwriteCells):
 
 
 class HideHiddenTests(ClearHiddenTests):
-    """ClearHiddenTests for feedback pages (it runs on autograded notebooks)."""
+    """ClearHiddenTests for feedback pages (it runs on autograded notebooks), on code cells only:
+    hidden tests are code, and a markdown cell stays as :class:`ShowAsData` left it."""
 
     enforce_metadata = Bool(False).tag(config=True)
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type != "code":
+            return cell, resources
+        return super().preprocess_cell(cell, resources, index)
 
 
 class ShowAsData(NbGraderPreprocessor):
@@ -114,35 +125,40 @@ class ShowAsData(NbGraderPreprocessor):
         return sanitize_notebook(nb), resources
 
 
-_MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?!\s)([^$\n]+?)(?<!\s)\$", re.S)
-_CODE = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]*`)", re.S)
-
-
-def typeset(markdown: str) -> str:
-    """``markdown`` with its TeX maths ($...$, $$...$$) replaced by MathML, which browsers draw
-    without a script or a network; code spans and blocks are left alone, and maths that cannot be
-    converted stays as it is."""
+def mathml(tex: str, block: bool) -> str | None:
+    """``tex`` as MathML, which browsers draw without a script or a network, on one line; None when
+    it cannot be converted."""
     from docutils.utils.math import latex2mathml
 
-    def convert(match: re.Match) -> str:
-        block, inline = match.group(1), match.group(2)
-        try:
-            xml = latex2mathml.tex2mathml((block or inline).strip(), as_block=block is not None)
-        except Exception:
-            return match.group(0)
-        return " ".join(line.strip() for line in xml.splitlines())
+    try:
+        xml = latex2mathml.tex2mathml(tex.strip(), as_block=block)
+    except Exception:
+        return None
+    return " ".join(line.strip() for line in xml.splitlines())
 
-    parts = _CODE.split(markdown)
-    return "".join(part if i % 2 else _MATH.sub(convert, part) for i, part in enumerate(parts))
+
+class MathMLRenderer(IPythonRenderer):
+    """nbconvert's markdown renderer, whose maths (what its parser reads as maths: ``$...$``,
+    ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``, ``\\begin{...}``) is MathML: HTML that the renderer writes
+    into the page, never markdown parsed again. Maths that cannot be converted is the renderer's own
+    (TeX, escaped)."""
+
+    def inline_math(self, body):
+        return mathml(body, block=False) or super().inline_math(body)
+
+    def block_math(self, body):
+        return mathml(body, block=True) or super().block_math(body)
+
+    def latex_environment(self, name, body):
+        return mathml(f"\\begin{{{name}}}{body}\\end{{{name}}}", block=True) or super().latex_environment(name, body)
 
 
 class TypesetMaths(NbGraderPreprocessor):
-    """The maths of markdown cells as MathML (feedback pages are read offline, without MathJax)."""
+    """Nothing: the feedback exporter typesets maths as it renders (:class:`MathMLRenderer`). Kept so
+    that a course folder whose ``nbgrader_config.py`` still names it generates its feedback."""
 
-    def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type == "markdown" and "$" in cell.source:
-            cell.source = typeset(cell.source)
-        return cell, resources
+    def preprocess(self, nb, resources):
+        return nb, resources
 
 
 FEEDBACK_STYLE = """<style>
@@ -181,14 +197,24 @@ _SCRIPT = re.compile(r"<script\b.*?</script\s*>", re.S | re.I)
 
 class FeedbackExporter(HTMLExporter):
     """nbgrader's feedback exporter (``HTMLExporter``), compiling each template once per process,
-    with outputs that wrap (:data:`FEEDBACK_STYLE`), no script (nbgrader's template loads MathJax and
-    its configuration from a CDN: the maths is MathML already) and a policy that forbids the browser
-    any script and any request (:data:`FEEDBACK_POLICY`)."""
+    with maths as MathML (:class:`MathMLRenderer`), outputs that wrap (:data:`FEEDBACK_STYLE`), no
+    script (nbgrader's template loads MathJax and its configuration from a CDN: the maths is MathML
+    already) and a policy that forbids the browser any script and any request (:data:`FEEDBACK_POLICY`)."""
 
     def _create_environment(self):
         environment = super()._create_environment()
         environment.bytecode_cache = _TEMPLATES
         return environment
+
+    @jinja2.pass_context
+    def markdown2html(self, context, source):
+        """A markdown cell as HTMLExporter renders it, its maths as MathML."""
+        cell = context.get("cell", {})
+        path = context.get("resources", {}).get("metadata", {}).get("path", "")
+        renderer = MathMLRenderer(escape=False, attachments=cell.get("attachments", {}), embed_images=self.embed_images,
+                                  path=path, anchor_link_text=self.anchor_link_text,
+                                  exclude_anchor_links=self.exclude_anchor_links, **self.lexer_options)
+        return MarkdownWithMath(renderer=renderer).render(source)
 
     def from_notebook_node(self, nb, resources=None, **kw):
         html, resources = super().from_notebook_node(nb, resources, **kw)

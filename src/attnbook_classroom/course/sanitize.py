@@ -4,13 +4,28 @@ nbgrader's formgrader (in the instructor's logged-in Jupyter) and the feedback p
 autograded notebook as HTML through nbconvert, which copies raw HTML in markdown cells, raw cells
 and rich outputs into the page as it finds them. :func:`sanitize_notebook` makes the autograded
 notebook itself safe to show (``autograde`` runs it last, through
-:class:`attnbook_classroom.course.plugins.ShowAsData`):
+:class:`attnbook_classroom.course.plugins.ShowAsData`; nothing after it may rewrite a markdown cell):
 
-- a markdown cell stays as it is when nbconvert's own renderer makes no HTML of the student's from
-  it (rendered with raw HTML escaped, it gives the same page) and every address in it is a link
-  (``http``, ``https``, ``mailto``, in the page or relative) or an image embedded as PNG, JPEG or
-  GIF data; any other cell, and every raw cell, is shown as the text the student wrote, in a code
-  block, so the instructor still reads it;
+- a markdown cell stays as it is when the page nbconvert's own renderer makes of it holds nothing
+  but what the renderer writes itself:
+
+  - rendered with raw HTML escaped, it gives the same page (no HTML of the student's);
+  - every tag and attribute is one the renderer makes of markdown (paragraphs, emphasis, lists,
+    tables, headings, links, images, code highlighted by Pygments: :data:`RENDERER_MAKES`); a
+    ``mermaid`` code block, which the renderer copies as it is, escaped or not, is not one;
+  - every address is a link (``http``, ``https``, ``mailto``, in the page or relative) or an image
+    embedded as PNG, JPEG or GIF data;
+  - its text outside code holds no ``url(`` and none of the MathJax commands that give maths a
+    style, a link, an id, a class, a font or a new macro (:data:`MATHJAX_STYLED`): formgrader's
+    MathJax 2.7 typesets every ``$...$``, ``\\(...\\)``, ``\\[...\\]`` and ``\\begin{...}`` it finds
+    in the page's text (not in ``pre`` or ``code``), and its Safe extension still lets a
+    ``\\style{cursor:url(...)}`` fetch an address;
+  - no heading's id is one formgrader looks up: a grade cell's id in the notebook (or that id with
+    ``-comment`` or ``_extra_credit``: a heading ``# causal-square`` would take the score box of
+    the test cell ``causal-square``) or formgrader's own (:data:`FORMGRADER_IDS`);
+
+  any other cell, and every raw cell, is shown as the text the student wrote, in a code block, so
+  the instructor still reads it;
 - outputs keep their text (streams, errors, plain-text results) and PNG and JPEG images, nothing
   else (no HTML, JavaScript, SVG, widget views, output metadata);
 - a cell keeps its nbgrader marks and tags made of plain characters, a markdown cell its image
@@ -19,19 +34,49 @@ notebook itself safe to show (``autograde`` runs it last, through
 
 from __future__ import annotations
 
-import html
+import html.parser
 import re
 
 import nbformat
 
-__all__ = ["sanitize_notebook", "safe_markdown", "as_text", "renders_safely"]
+__all__ = ["sanitize_notebook", "safe_markdown", "as_text", "renders_safely", "RENDERER_MAKES", "MATHJAX_STYLED",
+           "FORMGRADER_IDS"]
 
 AS_TEXT_NOTE = "*As written (this cell holds HTML or an address that is not shown as a page here):*"
 _PLAIN = re.compile(r"[\w .:+-]*")  # a string no HTML context can read as markup
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
 _IMAGES = ("image/png", "image/jpeg", "image/gif")
-_ADDRESS = re.compile(r'\s(href|src)="([^"]*)"')
+
+_ANY = re.compile(r".*", re.S)  # text the renderer escaped (an address is checked on its own)
+_ALIGN = {"style": re.compile(r"text-align:(left|center|right)")}
+# tag -> attribute -> its value, for everything nbconvert's markdown renderer (mistune with its
+# plugins, and Pygments for code) makes of markdown alone; its mermaid block copies the student's text
+# as it is, so a <div class="jp-Mermaid"> is not here.
+RENDERER_MAKES = {
+    **{tag: {} for tag in ("p", "em", "strong", "del", "br", "hr", "blockquote", "ul", "dl", "dt", "dd",
+                           "table", "thead", "tbody", "tr", "pre")},
+    **{f"h{level}": {"id": _ANY} for level in range(1, 7)},
+    "a": {"href": _ANY, "title": _ANY, "class": re.compile("anchor-link")},
+    "img": {"src": _ANY, "alt": _ANY, "title": _ANY},
+    "ol": {"start": re.compile(r"\d+")},
+    "li": {"class": re.compile("task-list-item")},
+    "input": {"class": re.compile("task-list-item-checkbox"), "type": re.compile("checkbox"),
+              "disabled": re.compile(""), "checked": re.compile("")},
+    "th": _ALIGN, "td": _ALIGN,
+    "code": {"class": re.compile(r"language-[^\s\"'<>&]+")},
+    "div": {"class": re.compile("highlight")},
+    "span": {"class": re.compile(r"[a-z][a-z0-9]{0,2}")},  # Pygments' token classes (k, nf, s1...)
+}
+# MathJax 2.7 commands (with its Safe extension, as formgrader loads it) that give maths a style, a
+# link, an id, a class, a font, an attribute, a tooltip, an extension or a new macro.
+MATHJAX_STYLED = re.compile(
+    r"\\(style|bbox|href|class|cssId|require|unicode|mmlToken|def|edef|gdef|xdef|global|let|newcommand|"
+    r"renewcommand|providecommand|newenvironment|renewenvironment|DeclareMathOperator|texttip|mathtip|"
+    r"toggle|FormatError)(?![A-Za-z])")
+# ids formgrader's own page and scripts use; a grade cell's score, extra credit and comment boxes
+# are its grade id, grade id + "_extra_credit" and grade id + "-comment"
+FORMGRADER_IDS = frozenset({"notebook", "notebook-container", "statusmessage"})
 
 
 def _render(source: str, attachments: dict, escape: bool) -> str:
@@ -45,16 +90,54 @@ def _render(source: str, attachments: dict, escape: bool) -> str:
 
 
 def _safe_address(attribute: str, value: str) -> bool:
-    address = re.sub(r"[\x00-\x20]", "", html.unescape(value)).lower()  # as a browser reads it
+    address = re.sub(r"[\x00-\x20]", "", value).lower()  # as a browser reads it (entities are decoded)
     if attribute == "src":  # an image: only one embedded in the page (no request, no script)
         return re.fullmatch(r"data:image/(png|jpeg|gif);base64,[a-z0-9+/=]*", address) is not None
     scheme = re.match(r"([a-z][a-z0-9+.-]*):", address)
     return scheme is None or scheme.group(1) in ("http", "https", "mailto")
 
 
-def renders_safely(source: str, attachments: dict | None = None) -> bool:
-    """Whether nbconvert renders ``source`` with no HTML of its own and no address but links and
-    embedded images."""
+class _Rendered(html.parser.HTMLParser):
+    """A rendered cell: what in it the renderer does not make (:data:`RENDERER_MAKES`), its ids,
+    and its text outside ``pre`` and ``code`` (what MathJax reads)."""
+
+    def __init__(self, page: str):
+        super().__init__(convert_charrefs=True)
+        self.foreign, self.ids, self.text, self._code = [], [], [], 0
+        self.feed(page)
+        self.close()
+
+    def handle_startendtag(self, tag, attrs):
+        allowed = RENDERER_MAKES.get(tag)
+        if allowed is None:
+            self.foreign.append(tag)
+            return
+        for name, value in attrs:
+            value = value or ""
+            if name not in allowed or not allowed[name].fullmatch(value) or \
+                    (name in ("href", "src") and not _safe_address(name, value)):
+                self.foreign.append(f"{tag} {name}={value!r}")
+            elif name == "id":
+                self.ids.append(value)
+
+    def handle_starttag(self, tag, attrs):
+        self.handle_startendtag(tag, attrs)
+        if tag in ("pre", "code"):
+            self._code += 1
+
+    def handle_endtag(self, tag):
+        if tag in ("pre", "code") and self._code:
+            self._code -= 1
+
+    def handle_data(self, data):
+        if not self._code:
+            self.text.append(data)
+
+
+def renders_safely(source: str, attachments: dict | None = None, reserved_ids=frozenset()) -> bool:
+    """Whether nbconvert renders ``source`` with nothing but what its renderer makes of markdown,
+    no address but links and embedded images, no maths MathJax would style, and no heading whose
+    id is formgrader's or in ``reserved_ids`` (see the module)."""
     attachments = attachments or {}
     try:
         page = _render(source, attachments, escape=False)
@@ -63,7 +146,10 @@ def renders_safely(source: str, attachments: dict | None = None) -> bool:
         return False
     if page != escaped:
         return False  # the renderer copied some of it as HTML
-    return all(_safe_address(attribute, value) for attribute, value in _ADDRESS.findall(page))
+    rendered = _Rendered(page)
+    text = "".join(rendered.text)
+    return not rendered.foreign and not MATHJAX_STYLED.search(text) and "url(" not in text.lower() \
+        and not set(rendered.ids) & (FORMGRADER_IDS | set(reserved_ids))
 
 
 def as_text(source: str) -> str:
@@ -74,12 +160,19 @@ def as_text(source: str) -> str:
     return f"{AS_TEXT_NOTE}\n\n{fence}\n{source}\n{fence}"
 
 
-def safe_markdown(source: str, attachments: dict | None = None) -> str:
+def safe_markdown(source: str, attachments: dict | None = None, reserved_ids=frozenset()) -> str:
     """``source`` if it renders safely, else the same text shown as written."""
-    if renders_safely(source, attachments):
+    if renders_safely(source, attachments, reserved_ids):
         return source
     text = as_text(source)
-    return text if renders_safely(text) else "*This cell could not be shown safely.*"
+    return text if renders_safely(text, reserved_ids=reserved_ids) else "*This cell could not be shown safely.*"
+
+
+def _reserved_ids(nb: nbformat.NotebookNode) -> set[str]:
+    """The ids formgrader gives the grade boxes of ``nb``'s grade cells (see :data:`FORMGRADER_IDS`)."""
+    found = {str(cell["metadata"]["nbgrader"].get("grade_id")) for cell in nb.cells
+             if isinstance(cell.get("metadata"), dict) and isinstance(cell["metadata"].get("nbgrader"), dict)}
+    return {f"{grade_id}{suffix}" for grade_id in found for suffix in ("", "-comment", "_extra_credit")}
 
 
 def _text(value) -> str:
@@ -141,7 +234,7 @@ def _attachments(cell) -> dict:
 
 def sanitize_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The notebook, in place, made safe to show as HTML (see the module)."""
-    cells = []
+    cells, reserved = [], _reserved_ids(nb)
     for index, cell in enumerate(nb.cells):
         metadata = _metadata(cell.get("metadata", {}))
         source = _text(cell.get("source", ""))
@@ -154,11 +247,12 @@ def sanitize_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
             new.outputs = [o for o in (_output(o) for o in cell.get("outputs", []) if isinstance(o, dict)) if o]
         elif cell.get("cell_type") == "markdown":
             attachments = {k: v for k, v in _attachments(cell).items() if v}
-            new = nbformat.v4.new_markdown_cell(safe_markdown(source, attachments), metadata=metadata)
+            new = nbformat.v4.new_markdown_cell(safe_markdown(source, attachments, reserved), metadata=metadata)
             if attachments:
                 new.attachments = attachments
         else:  # a raw cell (nbconvert copies one into the page as it is), or anything else
-            new = nbformat.v4.new_markdown_cell(safe_markdown(as_text(source)), metadata=metadata)
+            new = nbformat.v4.new_markdown_cell(safe_markdown(as_text(source), reserved_ids=reserved),
+                                                metadata=metadata)
         new.id = cell_id
         cells.append(new)
     nb.cells = cells
