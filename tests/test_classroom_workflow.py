@@ -28,6 +28,7 @@ import urllib.request
 import pytest
 
 from attnbook_classroom.course import build_assignments
+from attnbook_classroom.course.assign import prepare_exchange
 from attnbook_classroom.course.student_env import DEFAULT_PYTHON, make_student_env, private_part
 from test_nbgrader import NAME, tiny_notebook
 
@@ -188,9 +189,10 @@ def test_the_whole_student_env_runs_nbgrader_as_another_account():
     base = pathlib.Path(tempfile.mkdtemp(prefix="attnbook-student-env-"))
     base.chmod(0o755)
     prefix, exchange = base / "attnbook", base / "exchange"
-    (exchange / "attention-book" / "outbound" / NAME).mkdir(parents=True)
+    prepare_exchange(exchange)  # as `make assignments` lays it out, with one assignment released
+    (exchange / "attention-book" / "outbound" / NAME).mkdir(mode=0o755)
     (exchange / "attention-book" / "outbound" / NAME / f"{NAME}.ipynb").write_text("{}")
-    subprocess.run(["chmod", "-R", "a+rX", str(exchange)], check=True)
+    (exchange / "attention-book" / "outbound" / NAME / f"{NAME}.ipynb").chmod(0o644)
     login = _account()
     try:
         result = _make("student-env", f"PREFIX={prefix}", f"EXCHANGE={exchange}", timeout=1800)
@@ -198,6 +200,7 @@ def test_the_whole_student_env_runs_nbgrader_as_another_account():
         run = _as(login, str(prefix / "bin" / "nbgrader"), "--version")
         assert run.returncode == 0 and "0.9.6" in run.stdout + run.stderr, run.stderr
         run = _as(login, str(prefix / "bin" / "nbgrader"), "list")  # the course and exchange of its config
+        # (HOME=/tmp: the student has no nbgrader configuration of their own)
         assert run.returncode == 0 and f"attention-book {NAME}" in run.stdout + run.stderr, run.stderr
         run = _as(login, str(prefix / "bin" / "python"), "-c", "import attnbook, torch, nbgrader, jupyterlab")
         assert run.returncode == 0, run.stderr

@@ -87,6 +87,16 @@ def _check_python(python: str) -> dict:
     return about
 
 
+def _has_account(login: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(login)
+    except KeyError:
+        return False
+    return True
+
+
 def _open_up(prefix: pathlib.Path) -> None:
     """Everything under ``prefix`` readable by every account; folders and executables runnable."""
     for folder, dirs, files in os.walk(prefix):
@@ -156,9 +166,10 @@ def make_student_env(prefix: pathlib.Path, python: str = DEFAULT_PYTHON, exchang
         raise SystemExit(f"student-env: the environment in PREFIX={prefix} is not usable by other accounts: {why}. "
                          "Choose a PREFIX outside any private home (e.g. /opt/attnbook)")
     version = subprocess.run([str(nbgrader), "--version"], capture_output=True, text=True, check=True, env=env)
-    print(f"student-env: {prefix} is ready (nbgrader {version.stdout.strip()}, Python "
+    said = (version.stdout.strip().splitlines() or ["nbgrader"])[-1]  # "nbgrader version 0.9.6"
+    print(f"student-env: {prefix} is ready ({said}, Python "
           f"{about['version'][0]}.{about['version'][1]} from {about['executable']})")
-    if os.geteuid() == 0 and shutil.which("runuser"):
+    if os.geteuid() == 0 and shutil.which("runuser") and _has_account("nobody"):
         check = subprocess.run(["runuser", "-u", "nobody", "--", "env", "-i", "HOME=/tmp", "PATH=/usr/bin:/bin",
                                 str(nbgrader), "--version"], capture_output=True, text=True)
         if check.returncode != 0:
