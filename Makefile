@@ -33,7 +33,7 @@ NBVAL := PYTHONPATH=tests $(PY) -m pytest -q -p no:cacheprovider -p nbval_meanin
 
 .PHONY: help venv vendor book test unit nbval build browser serve lab execute execute-all bench clean assignments grade
 .PHONY: runnable runnable-filled nbval-runnable lab-source grade-bench lab-venv test-library system-packages
-.PHONY: release collect feedback nbgrader
+.PHONY: release collect feedback nbgrader formgrader student-env
 
 help:
 	@echo "make book   - create .venv, install everything, build the website into _build/html"
@@ -49,6 +49,10 @@ help:
 	@echo "             STUDENT=id or CHAPTER=name for one student or one chapter, FORCE=1 to regrade"
 	@echo "make release CHAPTER=name / make collect CHAPTER=name / make feedback CHAPTER=name - nbgrader's"
 	@echo "             exchange commands in the course folder; make nbgrader ARGS=\"...\" for any other"
+	@echo "make formgrader - JupyterLab in $(COURSE) on 127.0.0.1 with nbgrader's formgrader (hand grading);"
+	@echo "             as root it needs ALLOW_ROOT=1 (better: a grader account); LAB_ARGS=\"--port=...\""
+	@echo "make student-env PREFIX=/opt/attnbook EXCHANGE=/srv/nbgrader/exchange - the students' nbgrader,"
+	@echo "             in a folder every account can use (from STUDENT_PYTHON=$(STUDENT_PYTHON))"
 	@echo "make grade-bench - time the grading of a simulated class (100 students x every chapter)"
 
 $(STAMP): requirements.txt pyproject.toml
@@ -233,7 +237,8 @@ grade: venv
 
 # nbgrader's own commands, run in the course folder with this environment (nbgrader needs the
 # venv's scripts on the PATH) and files readable by the instructor only; `make nbgrader ARGS="..."`
-# runs any other (e.g. ARGS="formgrader").
+# runs any other (e.g. ARGS="autograde 07_masking --student alice --force"); a command nbgrader does
+# not have (formgrader among them: see `make formgrader`) is an error.
 release: venv
 	@test -n "$(CHAPTER)" || { echo "usage: make release CHAPTER=07_masking"; exit 2; }
 	$(PY) -m attnbook_classroom.course nbgrader --root $(COURSE) release_assignment $(CHAPTER)
@@ -248,6 +253,23 @@ feedback: venv
 
 nbgrader: venv
 	$(PY) -m attnbook_classroom.course nbgrader --root $(COURSE) $(ARGS)
+
+# Hand grading: nbgrader's formgrader is a Jupyter server extension, not an nbgrader command. JupyterLab
+# in the course folder, on 127.0.0.1, opens on its page (/formgrader). As root, JupyterLab needs
+# --allow-root: ALLOW_ROOT=1 passes it (a dedicated grader account is better). LAB_ARGS: JupyterLab's.
+formgrader: venv
+	$(PY) -m attnbook_classroom.course formgrader --root $(COURSE) -- $(if $(ALLOW_ROOT),--allow-root) $(LAB_ARGS)
+
+# The students' environment on a shared server (python -m attnbook_classroom.course student-env): a
+# venv in PREFIX made from STUDENT_PYTHON, a Python every account can run (this .venv's may live in
+# a private home), with the book's package installed (not linked to this clone), nbgrader and
+# JupyterLab at the pinned versions, the course's id and EXCHANGE in its nbgrader configuration, and
+# everything readable by every account. Run again to update it after pulling the book.
+STUDENT_PYTHON ?= /usr/bin/python3
+student-env: venv
+	@test -n "$(PREFIX)" || { echo "usage: make student-env PREFIX=/opt/attnbook [EXCHANGE=/srv/nbgrader/exchange]"; exit 2; }
+	$(PY) -m attnbook_classroom.course student-env --prefix $(PREFIX) --python $(STUDENT_PYTHON) \
+		--exchange $(abspath $(EXCHANGE))
 
 # Not part of `make test`: 100 simulated students x every chapter. RECORD=1 writes the result to
 # data/grade_bench.json, the number the instructors' page reports.

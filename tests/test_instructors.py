@@ -66,10 +66,12 @@ def test_every_make_command_of_the_workflow_exists_and_runs_the_course():
     import shlex
     import subprocess
 
-    block = PAGE.read_text().split("```console", 1)[1].split("```", 1)[0]
-    commands = [line[2:].split("#")[0].strip() for line in block.splitlines() if line.startswith("$ make")]
-    assert [c.split()[1] for c in commands] == ["assignments", "release", "collect", "grade", "nbgrader", "feedback"]
-    for command in commands:
+    blocks = [part.split("```", 1)[0] for part in PAGE.read_text().split("```console")[1:]]
+    commands = [[line.strip()[2:].split("#")[0].strip() for line in block.splitlines()
+                 if line.strip().startswith("$ make")] for block in blocks]
+    assert [c.split()[1] for c in commands[0]] == ["assignments", "release", "collect", "grade", "formgrader", "feedback"]
+    assert any(c.startswith("make student-env PREFIX=") for block in commands for c in block)
+    for command in [c for block in commands for c in block]:
         dry = subprocess.run(shlex.split(command) + ["-n", "-C", str(ROOT)], capture_output=True, text=True, timeout=60)
         assert dry.returncode == 0, (command, dry.stderr)
         assert "-m attnbook_classroom.course" in dry.stdout, (command, dry.stdout)

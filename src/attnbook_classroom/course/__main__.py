@@ -6,7 +6,7 @@ import argparse
 import pathlib
 
 from attnbook_classroom.course import __doc__ as DOC
-from attnbook_classroom.course.folder import DEFAULT_ROOT, run_nbgrader
+from attnbook_classroom.course.folder import DEFAULT_ROOT, run_formgrader, run_nbgrader
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,6 +31,14 @@ def main(argv: list[str] | None = None) -> None:
     n = sub.add_parser("nbgrader", help="run an nbgrader command in the course folder (e.g. collect 07_masking)")
     n.add_argument("--root", type=pathlib.Path, default=DEFAULT_ROOT)
     n.add_argument("arguments", nargs=argparse.REMAINDER, help="nbgrader's command and its arguments")
+    f = sub.add_parser("formgrader", help="JupyterLab in the course folder on 127.0.0.1, for nbgrader's formgrader")
+    f.add_argument("--root", type=pathlib.Path, default=DEFAULT_ROOT)
+    f.add_argument("arguments", nargs=argparse.REMAINDER, help="JupyterLab's options (e.g. --port=8890)")
+    s = sub.add_parser("student-env", help="the students' nbgrader environment, usable by every account")
+    s.add_argument("--prefix", type=pathlib.Path, required=True, help="its folder, outside any private home")
+    s.add_argument("--python", default=None, help="a Python every account can run (default /usr/bin/python3)")
+    s.add_argument("--exchange", type=pathlib.Path, default=None, help="the course's exchange, written into its "
+                   "nbgrader configuration")
     args = parser.parse_args(argv)
     if args.command == "assignments":
         from attnbook_classroom.course.assign import build_assignments
@@ -43,6 +51,12 @@ def main(argv: list[str] | None = None) -> None:
               feedback=not args.no_feedback, workers=args.workers)
     elif args.command == "nbgrader":
         raise SystemExit(run_nbgrader(args.root, args.arguments))
+    elif args.command == "formgrader":
+        raise SystemExit(run_formgrader(args.root, args.arguments))
+    elif args.command == "student-env":
+        from attnbook_classroom.course.student_env import DEFAULT_PYTHON, make_student_env
+
+        make_student_env(args.prefix, args.python or DEFAULT_PYTHON, args.exchange)
     else:
         from attnbook_classroom.course.grade import export_csv
 

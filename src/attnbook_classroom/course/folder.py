@@ -30,7 +30,7 @@ from attnbook_classroom.course.notebooks import REPO
 
 __all__ = ["COURSE_ID", "DEFAULT_ROOT", "use_venv_bin", "write_config", "ensure_secret", "read_secret",
            "roster", "due_dates", "config", "limits", "api", "source_cells", "verdict_cache", "private_files",
-           "make_private", "link_problem", "Limits", "run_nbgrader"]
+           "make_private", "link_problem", "Limits", "run_nbgrader", "run_formgrader"]
 
 COURSE_ID = "attention-book"
 DEFAULT_ROOT = REPO / "_build" / "course"
@@ -300,11 +300,51 @@ def run_nbgrader(root: pathlib.Path, arguments: list[str]) -> int:
         raise SystemExit("usage: python -m attnbook_classroom.course nbgrader COMMAND [ARGUMENTS]")
     from nbgrader.apps.nbgraderapp import NbGraderApp
 
+    command = arguments[0]
+    if command in ("formgrader", "formgrade"):
+        raise SystemExit("nbgrader has no `formgrader` command (since nbgrader 0.7 formgrader is a Jupyter "
+                         "server extension): run `make formgrader` (python -m attnbook_classroom.course "
+                         "formgrader), which starts JupyterLab in the course folder with it, and open its "
+                         "Formgrader page")
+    if not command.startswith("-") and command not in NbGraderApp.subcommands:
+        raise SystemExit(f"nbgrader has no command {command!r} (nbgrader would print 'No command given' and "
+                         f"exit 0); its commands: {', '.join(sorted(NbGraderApp.subcommands))}")
+
     use_venv_bin()
     os.chdir(root)
     with private_files():
         try:
             NbGraderApp.launch_instance(argv=arguments)
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
+
+
+def run_formgrader(root: pathlib.Path, arguments: list[str]) -> int:
+    """JupyterLab in the course folder, for nbgrader's formgrader (a Jupyter server extension, at
+    ``/formgrader``): on 127.0.0.1 only, with this environment's nbgrader extensions and the course's
+    configuration, files made readable by you only. ``arguments`` are JupyterLab's (e.g.
+    ``--port=8890``). As root, JupyterLab refuses to start unless ``--allow-root`` is among them."""
+    root = pathlib.Path(root).resolve()
+    if not (root / "nbgrader_config.py").is_file():
+        raise SystemExit(f"{root} is not a course folder: run `make assignments` first")
+    arguments = [a for a in arguments if a != "--"]
+    if os.geteuid() == 0 and "--allow-root" not in arguments:
+        raise SystemExit(
+            "formgrader: you are root, and a Jupyter server run as root gives whoever holds its token a "
+            "root shell. Better: run the course as a grader account of its own (see the page's \"A class "
+            "on a shared server\"). To start it as root all the same: make formgrader ALLOW_ROOT=1 "
+            "(JupyterLab's --allow-root)")
+    from jupyterlab.labapp import LabApp
+
+    use_venv_bin()
+    os.chdir(root)
+    argv = ["--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={root}",
+            "--ServerApp.jpserver_extensions=nbgrader.server_extensions.formgrader=True",
+            "--LabApp.default_url=/formgrader", *arguments]
+    with private_files():
+        try:
+            LabApp.launch_instance(argv=argv)
         except SystemExit as exc:
             return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return 0
