@@ -163,8 +163,8 @@ SEARCH = ("import os\nfound = set()\nfor root, dirs, files in os.walk('/'):\n"
 # Routes to a computation an exercise blocks that reach PyTorch's own implementation of it by another
 # door than its name: functorch's transforms (vmap runs a batching rule or a decomposition of its
 # own, at dispatch keys of its own), the native multi-head operator, the FLOP counter's formulas
-# read by a dispatch mode, torch.masked's softmax, and exercise 7.3's helper (whose masks include the
-# causal one) called for exercise 7.2. Each is a notebook of its own (graded with its chapter's
+# read by a dispatch mode, torch.masked's softmax, PyTorch's causal masks, and exercise 7.3's helper
+# (whose masks include the causal one) called for exercise 7.2. Each is a notebook of its own (graded with its chapter's
 # blocks) -> (cells, {grade id: test cell}); none may earn a point.
 ROUTE_ATTACKS = {
     "vmap_sdpa": (["import torch, torch.nn.functional as F\n"
@@ -233,6 +233,15 @@ ROUTE_ATTACKS = {
                        "    mt = masked_tensor(scores, mask.expand_as(scores).contiguous())\n"
                        "    return mt.softmax(-1).get_data().masked_fill(~mask, 0).nan_to_num(0.0)"],
                       {"values": 'check("masked_softmax", via_masked_tensor, part="values")'}),
+    "causal_bias": (["from torch.nn.attention.bias import causal_lower_right\n"
+                     "def lower_right(L, S):\n    return causal_lower_right(L, S)._materialize()"],
+                    {p: f'check("causal_mask", lower_right, part="{p}")'
+                     for p in ("square", "more_keys", "one_query", "fewer_keys")}),
+    "square_mask": (["import torch\n"
+                     "def cut(L, S):  # the square causal mask of the longer side, its last L rows and S columns\n"
+                     "    return ~torch.nn.Transformer.generate_square_subsequent_mask(max(L, S))[-L:, -S:].isinf()"],
+                    {p: f'check("causal_mask", cut, part="{p}")'
+                     for p in ("square", "more_keys", "one_query", "fewer_keys")}),
     "mask_choices": (["from attnbook_classroom.grading import causal_mask_choices\n"
                       "def borrowed(L, S):\n    return causal_mask_choices(L, S)['C']"],
                      {p: f'check("causal_mask", borrowed, part="{p}")'
@@ -249,6 +258,9 @@ ROUTE_REFUSALS = {
     "flop_registry": "torch.utils.flop_counter.addmm_flop is not available while exercises are graded",
     "torch_masked": "torch.masked._ops.softmax is not available while exercises are graded",
     "masked_tensor": "torch's _masked_softmax is not available while this exercise is graded",
+    "causal_bias": "torch.nn.attention.bias.CausalBias._lower_right is not available while exercises are graded",
+    "square_mask": ("torch.nn.modules.transformer._generate_square_subsequent_mask is not available while "
+                    "exercises are graded"),
     "mask_choices": "causal_mask_choices: (L, S) must be one of exercise 7.3's situations",
 }
 
@@ -265,8 +277,8 @@ def route_run():
 def test_no_route_around_a_blocked_computation_scores(route_run, name):
     """Each route (the issue's attacks, which scored before: vmap of F.scaled_dot_product_attention
     on exercises 0.2 and 11.1, torch._native_multi_head_attention on 8.3/8.4, the FLOP registry on
-    8.2, torch.masked.softmax on 7.1, causal_mask_choices on 7.2) runs without error in its cells and
-    earns no point: its tests fail with the refusal of what it reached."""
+    8.2, torch.masked.softmax on 7.1, causal_mask_choices and PyTorch's causal masks on 7.2) runs
+    without error in its cells and earns no point: its tests fail with the refusal of what it reached."""
     verdicts = route_run[name]
     assert not verdicts.cells, verdicts.cells
     for grade_id, test in verdicts.tests.items():

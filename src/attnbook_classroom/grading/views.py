@@ -8,8 +8,8 @@ Nothing importable inside the sandbox computes the answer being graded:
   raises, in the ``.py`` file and in its compiled ``.pyc``. No copy of the original is in the
   sandbox, so ``importlib.reload``, a fresh loader, ``inspect.getsource`` or reading the file gives
   back only the stub (:func:`library_view`).
-- **PyTorch's own attention written in Python**, its FLOP counter's formulas and its masked softmax
-  (:data:`TORCH_REMOVED`) are removed the same way from
+- **PyTorch's own attention written in Python**, its FLOP counter's formulas, its masked softmax and
+  its causal masks (:data:`TORCH_REMOVED`) are removed the same way from
   the sandbox's view of ``torch`` for every chapter, and its compiled operators that compute what an
   exercise asks for (:data:`TORCH_OPERATORS`) are switched off at PyTorch's dispatcher while that
   chapter is graded (:func:`attnbook_classroom.grading.runner.block_operators`).
@@ -62,6 +62,11 @@ TORCH_REMOVED = {
     "torch/utils/flop_counter.py": ("FlopCounterMode", "*_flop", "*_flop_count"),
     # its masked softmax (a softmax over the allowed keys): exercise 7.1 asks for one
     "torch/masked/_ops.py": ("softmax", "log_softmax", "softmin"),
+    # its causal masks (top-left and bottom-right, and the square one, which cut to (L, S) is the
+    # bottom-right one): exercise 7.2 asks for one; only nn.Transformer's modules, already dead in
+    # the sandbox without nn.MultiheadAttention, call them
+    "torch/nn/attention/bias.py": ("CausalBias._upper_left", "CausalBias._lower_right"),
+    "torch/nn/modules/transformer.py": ("_generate_square_subsequent_mask",),
     # the compiler's patterns of attention (each one written out), which it replaces by sdpa
     "torch/_inductor/fx_passes/fuse_attention.py": ("_sfdp_pattern_*", "_sfdp_replacement_*"),
 }
@@ -132,8 +137,8 @@ __all__ = ["check", "Feedback", "causal_mask_choices"]
 
 def blocked_message(name: str) -> str:
     if name in TORCH_REMOVED_NAMES or name.startswith("torch."):
-        return (f"{name} is not available while exercises are graded: PyTorch's own attention, its "
-                "FLOP counts and its masked softmax are removed from the grading sandbox.")
+        return (f"{name} is not available while exercises are graded: PyTorch's own attention, causal "
+                "masks, masked softmax and FLOP counts are removed from the grading sandbox.")
     return (f"{name} is not available while this exercise is graded: the exercise asks you to write "
             "it yourself.")
 
