@@ -233,6 +233,13 @@ ROUTE_ATTACKS = {
                        "    mt = masked_tensor(scores, mask.expand_as(scores).contiguous())\n"
                        "    return mt.softmax(-1).get_data().masked_fill(~mask, 0).nan_to_num(0.0)"],
                       {"values": 'check("masked_softmax", via_masked_tensor, part="values")'}),
+    "sparse_softmax": (["import torch\n"
+                        "def via_sparse(scores, mask):  # a sparse tensor of the allowed scores: the rest get 0\n"
+                        "    mask = mask.expand_as(scores)\n"
+                        "    allowed = torch.sparse_coo_tensor(mask.nonzero().T, scores[mask].float(), scores.shape)\n"
+                        "    return torch.sparse.softmax(allowed, -1).to_dense().to(scores.dtype)"],
+                       {p: f'check("masked_softmax", via_sparse, part="{p}")'
+                        for p in ("values", "fully_masked", "broadcast", "fp16", "large_scores")}),
     "causal_bias": (["from torch.nn.attention.bias import causal_lower_right\n"
                      "def lower_right(L, S):\n    return causal_lower_right(L, S)._materialize()"],
                     {p: f'check("causal_mask", lower_right, part="{p}")'
@@ -258,6 +265,7 @@ ROUTE_REFUSALS = {
     "flop_registry": "torch.utils.flop_counter.addmm_flop is not available while exercises are graded",
     "torch_masked": "torch.masked._ops.softmax is not available while exercises are graded",
     "masked_tensor": "torch's _masked_softmax is not available while this exercise is graded",
+    "sparse_softmax": "torch's _sparse_softmax is not available while this exercise is graded",
     "causal_bias": "torch.nn.attention.bias.CausalBias._lower_right is not available while exercises are graded",
     "square_mask": ("torch.nn.modules.transformer._generate_square_subsequent_mask is not available while "
                     "exercises are graded"),

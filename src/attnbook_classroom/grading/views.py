@@ -99,8 +99,10 @@ TORCH_OPERATORS = {
     "torch.nn.functional.multi_head_attention_forward": _MHA,
     "torch.nn.functional.rms_norm": _RMS,
     "torch.nn.RMSNorm": _RMS,
-    # a softmax that gives fully-masked rows zero weights is the masked softmax itself
-    "attnbook.functional.masked_softmax": ("_safe_softmax", "_masked_softmax"),
+    # a softmax that gives fully-masked rows zero weights is the masked softmax itself; so is the
+    # softmax of a sparse tensor holding the allowed scores only (its missing entries get weight 0)
+    "attnbook.functional.masked_softmax": ("_safe_softmax", "_masked_softmax", "_sparse_softmax",
+                                           "_sparse_log_softmax"),
 }
 
 # What a chapter's exercise notebook may import, besides the standard library, the view of the
