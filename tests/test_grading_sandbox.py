@@ -249,6 +249,17 @@ ROUTE_ATTACKS = {
                      "    return ~torch.nn.Transformer.generate_square_subsequent_mask(max(L, S))[-L:, -S:].isinf()"],
                     {p: f'check("causal_mask", cut, part="{p}")'
                      for p in ("square", "more_keys", "one_query", "fewer_keys")}),
+    # OPEN: the profiler's own FLOP estimates (computed in C++ when with_flops=True, also written into
+    # an exported trace) measure what exercise 8.2 asks to derive; marked xfail below until closed
+    "profiler_flops": (["import torch\n"
+                        "def profiled(B, L, S, E, num_heads):\n"
+                        "    from attnbook.multihead import MultiHeadAttention\n"
+                        "    module = MultiHeadAttention(E, num_heads).eval()\n"
+                        "    with torch.no_grad(), torch.profiler.profile(with_flops=True) as p:\n"
+                        "        module(torch.zeros(B, L, E), torch.zeros(B, S, E), torch.zeros(B, S, E))\n"
+                        "    return int(sum(e.flops for e in p.events() if e.flops and e.name != 'aten::mul'))"],
+                       {"self_attention": 'check("multi_head_flops", profiled, part="self_attention")',
+                        "cross_attention": 'check("multi_head_flops", profiled, part="cross_attention")'}),
     "mask_choices": (["from attnbook_classroom.grading import causal_mask_choices\n"
                       "def borrowed(L, S):\n    return causal_mask_choices(L, S)['C']"],
                      {p: f'check("causal_mask", borrowed, part="{p}")'
@@ -269,6 +280,7 @@ ROUTE_REFUSALS = {
     "causal_bias": "torch.nn.attention.bias.CausalBias._lower_right is not available while exercises are graded",
     "square_mask": ("torch.nn.modules.transformer._generate_square_subsequent_mask is not available while "
                     "exercises are graded"),
+    "profiler_flops": "not available while",
     "mask_choices": "causal_mask_choices: (L, S) must be one of exercise 7.3's situations",
 }
 
@@ -281,7 +293,11 @@ def route_run():
         return dict(zip(ROUTE_ATTACKS, grade_in_sandbox(subs, sandbox=sandbox)))
 
 
-@pytest.mark.parametrize("name", list(ROUTE_ATTACKS))
+OPEN_ROUTES = {"profiler_flops": "torch.profiler's FLOP estimates (with_flops=True) still answer exercise 8.2"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(reason=OPEN_ROUTES[name], strict=True))
+                                  if name in OPEN_ROUTES else name for name in ROUTE_ATTACKS])
 def test_no_route_around_a_blocked_computation_scores(route_run, name):
     """Each route (the issue's attacks, which scored before: vmap of F.scaled_dot_product_attention
     on exercises 0.2 and 11.1, torch._native_multi_head_attention on 8.3/8.4, the FLOP registry on
