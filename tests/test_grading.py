@@ -1216,6 +1216,24 @@ def test_causal_mask_choices_right_answers():
         assert [c for c, m in choices.items() if torch.equal(m, causal_mask(L, S))] == right
 
 
+def test_the_helper_of_exercise_7_3_answers_no_case_of_exercise_7_2():
+    """causal_mask_choices (importable in the grading sandbox: exercise 7.3's cell prints its masks)
+    holds the causal mask among its choices, so it builds masks for 7.3's two situations only, and
+    exercise 7.2 (causal_mask) never asks for those sizes, for any student's seed."""
+    from attnbook_classroom.grading.harness import PendingPart
+    from attnbook_classroom.grading.helpers import PICK_SITUATIONS
+
+    for L, S in ((5, 5), (3, 7), (1, 6), (5, 3), (4, 5)):
+        with pytest.raises(ValueError, match="one of exercise 7.3's situations"):
+            grading.causal_mask_choices(L, S)
+    asked = set()
+    for seed in range(400):
+        for part in grading.parts("causal_mask"):
+            asked.update(tuple(spec["args"]["v"]) for spec in PendingPart("causal_mask", part, seed).specs)
+    assert not asked & set(PICK_SITUATIONS), asked & set(PICK_SITUATIONS)
+    assert {(3, 3), (5, 5), (10, 10), (2, 4), (2, 6), (2, 8)} <= asked  # the sizes around them are still drawn
+
+
 def test_threaded_fallback_reports_timeout_and_result():
     status, value = grading._run_threaded(lambda: [], 1.0)
     assert (status, value) == ("ok", [])

@@ -160,6 +160,156 @@ SEARCH = ("import os\nfound = set()\nfor root, dirs, files in os.walk('/'):\n"
           "        except OSError:\n            pass\nraise RuntimeError(f'found {sorted(found)}')")
 
 
+# Routes to a computation an exercise blocks that reach PyTorch's own implementation of it by another
+# door than its name: functorch's transforms (vmap runs a batching rule or a decomposition of its
+# own, at dispatch keys of its own), the native multi-head operator, the FLOP counter's formulas
+# read by a dispatch mode, torch.masked's softmax, PyTorch's causal masks, and exercise 7.3's helper
+# (whose masks include the causal one) called for exercise 7.2. Each is a notebook of its own (graded with its chapter's
+# blocks) -> (cells, {grade id: test cell}); none may earn a point.
+ROUTE_ATTACKS = {
+    "vmap_sdpa": (["import torch, torch.nn.functional as F\n"
+                   "def vmapped(q, k, v):\n"
+                   "    flat = lambda t: t.reshape(-1, *t.shape[-2:])\n"
+                   "    out = torch.func.vmap(F.scaled_dot_product_attention)(flat(q), flat(k), flat(v))\n"
+                   "    return out.reshape(*q.shape[:-1], v.shape[-1])"],
+                  {"no_mask": 'check("scaled_dot_product_attention", vmapped, part="no_mask")',
+                   "heads": 'check("scaled_dot_product_attention", vmapped, part="heads")',
+                   "fp16": 'check("scaled_dot_product_attention", vmapped, part="fp16")'}),
+    "vmap_gqa": (["import torch, torch.nn.functional as F\n"
+                  "def gqa(q, k, v, mask=None):\n"
+                  "    sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)\n"
+                  "    return torch.func.vmap(sdpa)(q, k, v)"],
+                 {"groups": 'check("grouped_query_attention", gqa, part="groups")',
+                  "multi_query": 'check("grouped_query_attention", gqa, part="multi_query")',
+                  "mask": 'check("grouped_query_attention", gqa, part="mask")'}),
+    "grad_sdpa": (["import torch, torch.nn.functional as F\n"
+                   "def through_grad(q, k, v):\n"
+                   "    out = {}\n"
+                   "    def f(q):\n        out['o'] = F.scaled_dot_product_attention(q, k, v)\n        return out['o'].sum()\n"
+                   "    torch.func.grad(f)(q.double())\n"
+                   "    return out['o'].to(q.dtype)"],
+                  {"no_mask": 'check("scaled_dot_product_attention", through_grad, part="no_mask")'}),
+    "jvp_sdpa": (["import torch, torch.nn.functional as F\n"
+                  "def through_jvp(q, k, v):\n"
+                  "    return torch.func.jvp(lambda q: F.scaled_dot_product_attention(q, k, v), (q,), (torch.zeros_like(q),))[0]"],
+                 {"no_mask": 'check("scaled_dot_product_attention", through_jvp, part="no_mask")'}),
+    "native_mha": (["import torch\n"
+                    "def native(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):\n"
+                    "    E = query.shape[-1]\n"
+                    "    L, S = query.shape[1], key.shape[1]  # the operator wants L = S: pad the queries\n"
+                    "    padded = torch.cat([query, query.new_zeros(query.shape[0], S - L, E)], 1) if S > L else query\n"
+                    "    m = None if mask is None else ~torch.cat([mask, mask.new_ones(mask.shape[0], S - L, S)], 1)[:, None]\n"
+                    "    m = None if m is None else m.expand(-1, num_heads, -1, -1).contiguous()\n"
+                    "    return torch._native_multi_head_attention(padded, key, value, E, num_heads,\n"
+                    "        torch.cat([W_q, W_k, W_v]), torch.zeros(3 * E), W_o, torch.zeros(E), m, False)[0][:, :L].nan_to_num(0.0)"],
+                   {"values": 'check("multi_head_forward", native, part="values")',
+                    "mask": 'check("multi_head_forward", native, part="mask")',
+                    "structure": 'check("multi_head_forward", native, part="structure")'}),
+    "flop_registry": (["import torch\nfrom torch.utils._python_dispatch import TorchDispatchMode\n"
+                       "from torch.utils.flop_counter import flop_registry\nfrom torch.utils._pytree import tree_map\n"
+                       "class Count(TorchDispatchMode):\n"
+                       "    total = 0\n"
+                       "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+                       "        out = func(*args, **(kwargs or {}))\n"
+                       "        if func._overloadpacket in flop_registry:\n"
+                       "            Count.total += flop_registry[func._overloadpacket](*args, **(kwargs or {}), out_val=out)\n"
+                       "        return out\n"
+                       "def measured(B, L, S, E, num_heads):\n"
+                       "    from attnbook.multihead import MultiHeadAttention\n"
+                       "    module = MultiHeadAttention(E, num_heads).eval()\n"
+                       "    Count.total = 0\n"
+                       "    with torch.no_grad(), Count():\n"
+                       "        module(torch.zeros(B, L, E), torch.zeros(B, S, E), torch.zeros(B, S, E))\n"
+                       "    return Count.total"],
+                      {"self_attention": 'check("multi_head_flops", measured, part="self_attention")',
+                       "cross_attention": 'check("multi_head_flops", measured, part="cross_attention")'}),
+    "torch_masked": (["import torch\n"
+                      "def via_masked(scores, mask):\n"
+                      "    return torch.masked.softmax(scores, -1, mask=mask.expand_as(scores)).nan_to_num(0.0).to(scores.dtype)"],
+                     {p: f'check("masked_softmax", via_masked, part="{p}")'
+                      for p in ("values", "fully_masked", "broadcast", "fp16", "large_scores")}),
+    "masked_tensor": (["import torch\nfrom torch.masked import masked_tensor\n"
+                       "def via_masked_tensor(scores, mask):\n"
+                       "    mt = masked_tensor(scores, mask.expand_as(scores).contiguous())\n"
+                       "    return mt.softmax(-1).get_data().masked_fill(~mask, 0).nan_to_num(0.0)"],
+                      {"values": 'check("masked_softmax", via_masked_tensor, part="values")'}),
+    "sparse_softmax": (["import torch\n"
+                        "def via_sparse(scores, mask):  # a sparse tensor of the allowed scores: the rest get 0\n"
+                        "    mask = mask.expand_as(scores)\n"
+                        "    allowed = torch.sparse_coo_tensor(mask.nonzero().T, scores[mask].float(), scores.shape)\n"
+                        "    return torch.sparse.softmax(allowed, -1).to_dense().to(scores.dtype)"],
+                       {p: f'check("masked_softmax", via_sparse, part="{p}")'
+                        for p in ("values", "fully_masked", "broadcast", "fp16", "large_scores")}),
+    "causal_bias": (["from torch.nn.attention.bias import causal_lower_right\n"
+                     "def lower_right(L, S):\n    return causal_lower_right(L, S)._materialize()"],
+                    {p: f'check("causal_mask", lower_right, part="{p}")'
+                     for p in ("square", "more_keys", "one_query", "fewer_keys")}),
+    "square_mask": (["import torch\n"
+                     "def cut(L, S):  # the square causal mask of the longer side, its last L rows and S columns\n"
+                     "    return ~torch.nn.Transformer.generate_square_subsequent_mask(max(L, S))[-L:, -S:].isinf()"],
+                    {p: f'check("causal_mask", cut, part="{p}")'
+                     for p in ("square", "more_keys", "one_query", "fewer_keys")}),
+    # OPEN: the profiler's own FLOP estimates (computed in C++ when with_flops=True, also written into
+    # an exported trace) measure what exercise 8.2 asks to derive; marked xfail below until closed
+    "profiler_flops": (["import torch\n"
+                        "def profiled(B, L, S, E, num_heads):\n"
+                        "    from attnbook.multihead import MultiHeadAttention\n"
+                        "    module = MultiHeadAttention(E, num_heads).eval()\n"
+                        "    with torch.no_grad(), torch.profiler.profile(with_flops=True) as p:\n"
+                        "        module(torch.zeros(B, L, E), torch.zeros(B, S, E), torch.zeros(B, S, E))\n"
+                        "    return int(sum(e.flops for e in p.events() if e.flops and e.name != 'aten::mul'))"],
+                       {"self_attention": 'check("multi_head_flops", profiled, part="self_attention")',
+                        "cross_attention": 'check("multi_head_flops", profiled, part="cross_attention")'}),
+    "mask_choices": (["from attnbook_classroom.grading import causal_mask_choices\n"
+                      "def borrowed(L, S):\n    return causal_mask_choices(L, S)['C']"],
+                     {p: f'check("causal_mask", borrowed, part="{p}")'
+                      for p in ("square", "more_keys", "one_query", "fewer_keys")}),
+}
+
+# What each route's tests must say: the operator, function or helper that refused.
+ROUTE_REFUSALS = {
+    "vmap_sdpa": "torch's scaled_dot_product_attention is not available while this exercise is graded",
+    "vmap_gqa": "torch's scaled_dot_product_attention is not available while this exercise is graded",
+    "grad_sdpa": "torch's scaled_dot_product_attention is not available while this exercise is graded",
+    "jvp_sdpa": "torch's scaled_dot_product_attention is not available while this exercise is graded",
+    "native_mha": "torch's _native_multi_head_attention is not available while this exercise is graded",
+    "flop_registry": "torch.utils.flop_counter.addmm_flop is not available while exercises are graded",
+    "torch_masked": "torch.masked._ops.softmax is not available while exercises are graded",
+    "masked_tensor": "torch's _masked_softmax is not available while this exercise is graded",
+    "sparse_softmax": "torch's _sparse_softmax is not available while this exercise is graded",
+    "causal_bias": "torch.nn.attention.bias.CausalBias._lower_right is not available while exercises are graded",
+    "square_mask": ("torch.nn.modules.transformer._generate_square_subsequent_mask is not available while "
+                    "exercises are graded"),
+    "profiler_flops": "not available while",
+    "mask_choices": "causal_mask_choices: (L, S) must be one of exercise 7.3's situations",
+}
+
+
+@pytest.fixture(scope="module")
+def route_run():
+    subs = [Submission(notebook(*ROUTE_ATTACKS[name]), secret=SECRET, student="mallory", assignment=name,
+                       cell_limit=20.0, total_limit=120.0) for name in ROUTE_ATTACKS]
+    with Sandbox([]) as sandbox:
+        return dict(zip(ROUTE_ATTACKS, grade_in_sandbox(subs, sandbox=sandbox)))
+
+
+OPEN_ROUTES = {"profiler_flops": "torch.profiler's FLOP estimates (with_flops=True) still answer exercise 8.2"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(reason=OPEN_ROUTES[name], strict=True))
+                                  if name in OPEN_ROUTES else name for name in ROUTE_ATTACKS])
+def test_no_route_around_a_blocked_computation_scores(route_run, name):
+    """Each route (the issue's attacks, which scored before: vmap of F.scaled_dot_product_attention
+    on exercises 0.2 and 11.1, torch._native_multi_head_attention on 8.3/8.4, the FLOP registry on
+    8.2, torch.masked.softmax on 7.1, causal_mask_choices and PyTorch's causal masks on 7.2) runs
+    without error in its cells and earns no point: its tests fail with the refusal of what it reached."""
+    verdicts = route_run[name]
+    assert not verdicts.cells, verdicts.cells
+    for grade_id, test in verdicts.tests.items():
+        assert not test["passed"], (grade_id, test)
+        assert ROUTE_REFUSALS[name] in "\n".join(test["messages"]), (grade_id, test["messages"])
+
+
 # Chapter 0: `attention` is blocked only while the tests run (exercise 0.4's experiment uses it in
 # its cell). Saved, copied from its code, or stashed as source in /tmp while the cells run, it still
 # fails the tests, which run in a second pass whose view never had it (and whose /tmp is new).

@@ -14,7 +14,7 @@ from attnbook.functional import attention, masked_softmax
 from attnbook.masks import causal_mask, combine_masks, padding_mask
 from attnbook_classroom.grading.compare import Wrong, check_number, compare, match, same
 from attnbook_classroom.grading.harness import answer, call, exercise, part, seeded_answer
-from attnbook_classroom.grading.helpers import causal_mask_choices  # noqa: F401  (the exercise's cell prints them)
+from attnbook_classroom.grading.helpers import PICK_SITUATIONS, causal_mask_choices  # noqa: F401  (the exercise's cell prints them)
 from attnbook_classroom.grading.mistakes import M_AFTER, M_NO_SCALE, M_POLARITY, rows_hint, softmax_variants
 from attnbook_classroom.grading.sealed import Sealed
 
@@ -102,6 +102,9 @@ def causal_variants(L, S):
 
 
 def causal_case(L, S):
+    # exercise 7.3's helper prints the candidate masks of its two situations, the causal one among
+    # them: no case of this exercise takes those sizes
+    assert (L, S) not in PICK_SITUATIONS, (L, S)
     ref = causal_mask(L, S)
     out = yield call(L, S)
     if isinstance(out, Tensor) and out.dtype != torch.bool and tuple(out.shape) == (L, S):
@@ -117,13 +120,18 @@ def causal_case(L, S):
 @part(CAUSAL, "square")
 def causal_square(case):
     L = case.size(5, 3, 9)
+    if L == 4:
+        L = 10  # never exercise 7.3's square situation (L = S = 4)
     yield from causal_case(L, L)
 
 
 @part(CAUSAL, "more_keys")
 def causal_more_keys(case):
     L = case.size(3, 2, 5)
-    yield from causal_case(L, case.size(7, L + 2, L + 6))
+    S = case.size(7, L + 2, L + 6)
+    if (L, S) in PICK_SITUATIONS:
+        S += 1  # never exercise 7.3's cache situation (L = 2, S = 5)
+    yield from causal_case(L, S)
 
 
 @part(CAUSAL, "one_query")

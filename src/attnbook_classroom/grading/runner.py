@@ -87,10 +87,28 @@ class _NoIPython:
 _ALL_OPERATORS: set[str] = set()
 
 
+def _dispatch_keys() -> list[str]:
+    """The names of PyTorch's dispatch keys (those the dispatcher can parse: not the markers of ranges)."""
+    import torch
+
+    names = []
+    for key in torch._C.DispatchKey.__members__:
+        try:
+            torch._C._dispatch_has_kernel_for_dispatch_key("aten::add.Tensor", key)
+        except RuntimeError:
+            continue
+        names.append(key)
+    return names
+
+
 def block_operators(operators: list[str]) -> None:
     """Switch off PyTorch operators (``aten::NAME``) in this process: every dispatch key that has a
     kernel for one (and its CPU key) gets one that raises, so every route to it (``torch.nn.functional``,
-    ``torch.ops.aten``, a reloaded module, a decomposition, autograd) raises. The registration's
+    ``torch.ops.aten``, a reloaded module, a decomposition, autograd, a dispatch mode) raises. That
+    includes the keys of functorch's transforms: under ``torch.func.vmap`` an operator runs the
+    batching rule or decomposition registered at ``FuncTorchBatched`` / ``FuncTorchVmapMode``, which
+    computes it without passing through the CPU or composite kernels replaced here, so those keys (and
+    any other with a kernel of its own, such as autocast's) are switched off too. The registration's
     handle is not reachable from Python, so it cannot be undone."""
     import ctypes
     import warnings
@@ -102,6 +120,7 @@ def block_operators(operators: list[str]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
         library = torch._C._dispatch_library("IMPL", "aten", "", "", 0)
+        every_key = _dispatch_keys() if operators else []
         for op in operators:
             name = "aten::" + op
             if name not in _ALL_OPERATORS:
@@ -114,7 +133,9 @@ def block_operators(operators: list[str]) -> None:
             def refuse(*args, _message=message, **kwargs):
                 raise RuntimeError(_message)
 
-            for key in keys:
+            own = [key for key in every_key if key not in keys
+                   and torch._C._dispatch_has_kernel_for_dispatch_key(name, key)]  # vmap's, autocast's, ...
+            for key in (*keys, *own):
                 if key == "CPU" or torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
                     try:
                         library.impl(op, key, refuse, False)

@@ -8,7 +8,8 @@ Nothing importable inside the sandbox computes the answer being graded:
   raises, in the ``.py`` file and in its compiled ``.pyc``. No copy of the original is in the
   sandbox, so ``importlib.reload``, a fresh loader, ``inspect.getsource`` or reading the file gives
   back only the stub (:func:`library_view`).
-- **PyTorch's own attention written in Python** (:data:`TORCH_REMOVED`) is removed the same way from
+- **PyTorch's own attention written in Python**, its FLOP counter's formulas, its masked softmax and
+  its causal masks (:data:`TORCH_REMOVED`) are removed the same way from
   the sandbox's view of ``torch`` for every chapter, and its compiled operators that compute what an
   exercise asks for (:data:`TORCH_OPERATORS`) are switched off at PyTorch's dispatcher while that
   chapter is graded (:func:`attnbook_classroom.grading.runner.block_operators`).
@@ -56,7 +57,16 @@ TORCH_REMOVED = {
     "torch/ao/nn/quantizable/modules/activation.py": ("MultiheadAttention",),
     "torch/_higher_order_ops/flex_attention.py": ("math_attention",),
     "torch/onnx/ops/_impl.py": ("attention_23",),
-    "torch/utils/flop_counter.py": ("FlopCounterMode",),
+    # PyTorch's count of FLOPs: the mode that counts, and the formulas of its registry (`flop_registry`),
+    # which a dispatch mode of a few lines reads to measure what exercises 8.2 and 9.2 ask to derive
+    "torch/utils/flop_counter.py": ("FlopCounterMode", "*_flop", "*_flop_count"),
+    # its masked softmax (a softmax over the allowed keys): exercise 7.1 asks for one
+    "torch/masked/_ops.py": ("softmax", "log_softmax", "softmin"),
+    # its causal masks (top-left and bottom-right, and the square one, which cut to (L, S) is the
+    # bottom-right one): exercise 7.2 asks for one; only nn.Transformer's modules, already dead in
+    # the sandbox without nn.MultiheadAttention, call them
+    "torch/nn/attention/bias.py": ("CausalBias._upper_left", "CausalBias._lower_right"),
+    "torch/nn/modules/transformer.py": ("_generate_square_subsequent_mask",),
     # the compiler's patterns of attention (each one written out), which it replaces by sdpa
     "torch/_inductor/fx_passes/fuse_attention.py": ("_sfdp_pattern_*", "_sfdp_replacement_*"),
 }
@@ -67,6 +77,8 @@ TORCH_REMOVED_NAMES = {
     "torch.nn.functional.multi_head_attention_forward", "torch.nn.MultiheadAttention",
     "torch.nn.modules.activation.MultiheadAttention", "torch.utils.flop_counter.FlopCounterMode",
 }
+# (torch/masked's softmax is removed for every chapter; the operators that give masked positions
+# zero weight, `_masked_softmax` and `_safe_softmax`, are switched off by exercise 7.1's blocks.)
 
 _SDPA = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
          "_scaled_dot_product_attention_math_for_mps", "_scaled_dot_product_flash_attention",
@@ -75,15 +87,22 @@ _SDPA = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
          "_flash_attention_forward", "_efficient_attention_forward", "_cudnn_attention_forward",
          "_native_multi_head_attention", "_triton_multi_head_attention", "_triton_scaled_dot_attention",
          "_transformer_encoder_layer_fwd")
+# PyTorch's multi-head attention as compiled operators (the fast path of nn.MultiheadAttention and
+# of nn.TransformerEncoderLayer), callable as torch._native_multi_head_attention and the like
+_MHA = ("_native_multi_head_attention", "_transformer_encoder_layer_fwd", "_triton_multi_head_attention")
 _RMS = ("rms_norm", "_fused_rms_norm")
 # Blocked names that are compiled PyTorch operators -> the operators switched off at the dispatcher
 # (every route to them: torch.nn.functional, torch.ops.aten, a reloaded module, a decomposition).
 TORCH_OPERATORS = {
     "torch.nn.functional.scaled_dot_product_attention": _SDPA,
+    "torch.nn.MultiheadAttention": _MHA,
+    "torch.nn.functional.multi_head_attention_forward": _MHA,
     "torch.nn.functional.rms_norm": _RMS,
     "torch.nn.RMSNorm": _RMS,
-    # a softmax that gives fully-masked rows zero weights is the masked softmax itself
-    "attnbook.functional.masked_softmax": ("_safe_softmax", "_masked_softmax"),
+    # a softmax that gives fully-masked rows zero weights is the masked softmax itself; so is the
+    # softmax of a sparse tensor holding the allowed scores only (its missing entries get weight 0)
+    "attnbook.functional.masked_softmax": ("_safe_softmax", "_masked_softmax", "_sparse_softmax",
+                                           "_sparse_log_softmax"),
 }
 
 # What a chapter's exercise notebook may import, besides the standard library, the view of the
@@ -120,8 +139,8 @@ __all__ = ["check", "Feedback", "causal_mask_choices"]
 
 def blocked_message(name: str) -> str:
     if name in TORCH_REMOVED_NAMES or name.startswith("torch."):
-        return (f"{name} is not available while exercises are graded: PyTorch's own attention is "
-                "removed from the grading sandbox.")
+        return (f"{name} is not available while exercises are graded: PyTorch's own attention, causal "
+                "masks, masked softmax and FLOP counts are removed from the grading sandbox.")
     return (f"{name} is not available while this exercise is graded: the exercise asks you to write "
             "it yourself.")
 
@@ -341,8 +360,9 @@ def _torch_overlays():
         text = original.read_text()
         defined = [n.name for n in ast.parse(text).body
                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-        chosen = [d for d in defined if any(d == n or (n.endswith("*") and d.startswith(n[:-1])) for n in names)]
-        chosen += [n for n in names if not n.endswith("*") and n not in chosen]  # (and __doc__ entries)
+        chosen = [d for d in defined if any(d == n or (n.endswith("*") and d.startswith(n[:-1]))
+                                            or (n.startswith("*") and d.endswith(n[1:])) for n in names)]
+        chosen += [n for n in names if "*" not in n and n not in chosen]  # (and __doc__ entries)
         text, missing = strip_source(text, {n: blocked_message(f"{module}.{n}") for n in chosen})
         if missing:
             raise LookupError(f"{', '.join(missing)}: not found in {original}")
