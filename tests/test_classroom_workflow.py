@@ -16,13 +16,10 @@ import os
 import pathlib
 import secrets
 import shutil
-import signal
-import socket
 import stat
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 
 import pytest
@@ -31,6 +28,7 @@ from attnbook_classroom.course import build_assignments
 from attnbook_classroom.course.assign import prepare_exchange
 from attnbook_classroom.course.folder import run_nbgrader
 from attnbook_classroom.course.student_env import DEFAULT_PYTHON, make_student_env, private_part
+from browser.jupyter_serving import free_port, serving
 from test_nbgrader import NAME, tiny_notebook
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -61,37 +59,18 @@ def test_make_nbgrader_formgrader_fails_and_names_make_formgrader(course):
         run_nbgrader(course, ["frobnicate", "07_masking"])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_formgrader_serves_the_course(course, tmp_path):
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     lab_args = f"LAB_ARGS=--port={port} --no-browser --IdentityProvider.token={token}"
     if IS_ROOT:  # as root it refuses, naming the two ways out
         refused = _make("formgrader", f"COURSE={course}", lab_args)
         assert refused.returncode != 0 and "ALLOW_ROOT=1" in refused.stderr, refused.stderr
         assert "grader account" in refused.stderr
     env = dict(ENV, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), JUPYTER_DATA_DIR=str(tmp_path / "data"))
-    log = open(tmp_path / "server.log", "w")
     command = [*MAKE, "formgrader", f"COURSE={course}", lab_args, *(["ALLOW_ROOT=1"] if IS_ROOT else [])]
-    server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"make formgrader did not start: {(tmp_path / 'server.log').read_text()[-2000:]}")
-            time.sleep(0.5)
+    with serving(command, port=port, token=token, log=tmp_path / "server.log", what="make formgrader", timeout=90,
+                 env=env) as base:
         with urllib.request.urlopen(f"{base}/formgrader/manage_assignments?token={token}", timeout=20) as response:
             assert response.status == 200
             assert "Manage Assignments" in response.read().decode()
@@ -99,14 +78,6 @@ def test_make_formgrader_serves_the_course(course, tmp_path):
         with urllib.request.urlopen(f"{base}/formgrader/api/assignments?token={token}", timeout=20) as response:
             assert response.status == 200
             assert NAME in [a["name"] for a in json.loads(response.read())]
-    finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-        log.close()
     assert "127.0.0.1" in (tmp_path / "server.log").read_text()
 
 

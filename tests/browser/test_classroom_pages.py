@@ -20,14 +20,12 @@ import json
 import os
 import re
 import secrets
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
+from jupyter_serving import free_port, serving
 from site_pages import ROOT
 
 PY = sys.executable
@@ -167,18 +165,12 @@ def test_the_feedback_page_runs_nothing_of_the_student_and_requests_nothing(brow
     assert outside == [] and [url for url in requests if not url.startswith(("file:", "data:"))] == [], requests
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def formgrader(graded, tmp_path_factory):
     """nbgrader's formgrader: a Jupyter server in the course folder with nbgrader's extension, on
     127.0.0.1 with a token: its base URL and token."""
     state = tmp_path_factory.mktemp("jupyter-state")
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     args = [PY, "-m", "jupyter", "server", f"--port={port}", "--ip=127.0.0.1", "--no-browser",
             f"--IdentityProvider.token={token}",
             "--ServerApp.jpserver_extensions", "nbgrader.server_extensions.formgrader=True"]
@@ -186,31 +178,9 @@ def formgrader(graded, tmp_path_factory):
         args.append("--allow-root")
     env = dict(ENV, JUPYTER_RUNTIME_DIR=str(state / "runtime"), JUPYTER_CONFIG_DIR=str(state / "config"),
                JUPYTER_DATA_DIR=str(state / "data"))
-    log = open(state / "server.log", "w")
-    server = subprocess.Popen(args, cwd=graded, env=env, stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"formgrader did not start: {(state / 'server.log').read_text()[-2000:]}", pytrace=False)
-            time.sleep(0.5)
+    with serving(args, port=port, token=token, log=state / "server.log", what="formgrader", cwd=graded,
+                 env=env) as base:
         yield base, token
-    finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-        log.close()
 
 
 def test_formgrader_shows_the_submission_as_data(browser, graded, formgrader):

@@ -18,14 +18,12 @@ import base64
 import io
 import os
 import secrets
-import signal
-import socket
-import subprocess
 import time
 import urllib.request
 
 import nbformat
 import pytest
+from jupyter_serving import free_port, serving
 from site_pages import ROOT, SCREENSHOTS, VIEWPORT
 
 NOTEBOOK = "00_attention_at_a_glance.ipynb"
@@ -69,19 +67,13 @@ def _stored_images(path) -> int:
                if any(k.startswith("image/") for k in o.get("data", {})))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """`make lab` on a fresh working folder: (base URL, token, working folder)."""
     work = tmp_path_factory.mktemp("workspace")
     (work / EDITED).write_text(EDITED_TEXT)  # a notebook the student already has, edited
     state = tmp_path_factory.mktemp("jupyter-state")
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     args = (f"--port={port} --no-browser --IdentityProvider.token={token} --LabApp.expose_app_in_browser=True "
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate")
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(state / "runtime"),
@@ -94,32 +86,10 @@ def lab(tmp_path_factory):
     notifications = state / "settings" / "@jupyterlab" / "apputils-extension"
     notifications.mkdir(parents=True)
     (notifications / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    log = open(state / "lab.log", "w")
-    server = subprocess.Popen(["make", "--no-print-directory", "lab", f"LAB_DIR={work}", f"LAB_ARGS={args}"],
-                              cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}api/status?token={token}", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"`make lab` did not start: {(state / 'lab.log').read_text()[-2000:]}", pytrace=False)
-            time.sleep(0.5)
-        yield base, token, work
-    finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
-        log.close()
+    command = ["make", "--no-print-directory", "lab", f"LAB_DIR={work}", f"LAB_ARGS={args}"]
+    with serving(command, port=port, token=token, log=state / "lab.log", what="`make lab`",
+                 timeout=START_TIMEOUT_S, cwd=ROOT, env=env) as base:
+        yield base + "/", token, work
 
 
 def test_make_lab_copies_the_edition_without_overwriting(lab):
