@@ -272,6 +272,6 @@ student-env: venv
 		--exchange $(abspath $(EXCHANGE))
 
 # Not part of `make test`: 100 simulated students x every chapter. RECORD=1 writes the result to
-# data/grade_bench.json, the number the instructors' page reports.
+# data/grade_bench.json, the number the classroom appendix reports.
 grade-bench: venv
 	$(PY) -m attnbook_classroom.course.bench --students $(or $(STUDENTS),100) $(if $(RECORD),--record)

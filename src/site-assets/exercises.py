@@ -1,7 +1,7 @@
 """Sphinx extension: a chapter's exercises on the website, as a self-learner needs them.
 
 The chapters keep their exercises in nbgrader's format, from which the nbgrader course and the
-runnable edition are made (see chapters/instructors.md). On the website a reader gets the task (the
+runnable edition are made (see chapters/appendix_classroom.md). On the website a reader gets the task (the
 prose) and a solution folded behind "Show the solution", and nothing of the grading:
 
 - a test cell (``nbgrader.grade`` true, ``solution`` false), hidden tests included, is left out,

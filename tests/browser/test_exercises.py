@@ -66,14 +66,14 @@ def test_every_solution_is_folded_and_prints_nothing(site, name):
 
 def test_no_file_of_the_site_holds_hidden_tests(site):
     """Hidden tests are nowhere on the website, search index and copied sources included; the
-    instructors' page may describe the markers."""
+    classroom appendix may describe the markers."""
     holding = sorted(
         path.relative_to(site).as_posix() for path in site.rglob("*")
         if path.is_file() and path.suffix in (".html", ".js", ".ipynb", ".txt", ".md", ".json")
         and not path.relative_to(site).parts[0] == "_static"
         and "BEGIN HIDDEN TESTS" in path.read_text(encoding="utf-8", errors="replace")
     )
-    assert [p for p in holding if not p.endswith(("chapters/instructors.html", "chapters/instructors.md"))] == []
+    assert [p for p in holding if not p.endswith(("chapters/appendix_classroom.html", "chapters/appendix_classroom.md"))] == []
 
 
 def test_a_solution_unfolds(visit):

@@ -8,14 +8,14 @@
     python -m attnbook_classroom.course student-env --prefix DIR [--python /usr/bin/python3] [--exchange DIR]
 
 ``assignments`` sets up the course folder (nbgrader's configuration, the course's secret, the
-roster and due dates) and releases the *exercise notebook* of every chapter in ``_toc.yml`` (or of
+roster and due dates, and the discussion questions' model answers in ``instructor/``) and releases the *exercise notebook* of every chapter in ``_toc.yml`` (or of
 the notebooks given): the chapter's ``## Exercises`` section with what it needs, never its
 training runs. ``grade`` grades new and changed submissions, each student's code in a bubblewrap
 sandbox, writes the gradebook, the feedback pages, ``grades.csv`` and ``summary.txt``. ``nbgrader``
 runs one of nbgrader's commands in the course folder; ``formgrader`` starts JupyterLab there with
 nbgrader's formgrader (hand grading), on 127.0.0.1; ``student-env`` makes the students' environment
-on a shared server (:mod:`attnbook_classroom.course.student_env`). See the instructors' page of the
-book.
+on a shared server (:mod:`attnbook_classroom.course.student_env`). See the book's appendix on
+running a class (chapters/appendix_classroom.md).
 
 For the book's other editions, :func:`student_exercise_cells` gives the student form of a
 chapter's exercises.

@@ -75,6 +75,10 @@ def _build(root, notebooks, exchange):
 
     write_config(root, exchange)
     ensure_secret(root)
+    from attnbook_classroom.course.guide import write_instructor_folder
+
+    # The discussion questions' model answers: for the instructor, outside source/ and release/.
+    print(f"wrote {write_instructor_folder(root).relative_to(root)} (the discussion questions, with model answers)")
     nbgrader = api(root)
     dates, students = due_dates(root), roster(root)
     released = []

@@ -17,7 +17,7 @@ size, each handing in every chapter:
 are printed and written to ``ROOT/result.json``. The run fails if a correct submission does not get
 full marks, a wrong or hostile one does, a bloated notebook is graded, or ``grades.csv`` misses a
 row. With ``--record`` the result is also written to ``data/grade_bench.json`` (listed in
-``data/manifest.json``): the measurement the instructors' page reports, and tests/test_instructors.py
+``data/manifest.json``): the measurement the classroom appendix reports, and tests/test_instructors.py
 checks that the page says what it holds.
 """
 
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--root", type=pathlib.Path, default=REPO / "_build" / "grade-bench")
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--record", action="store_true",
-                        help=f"also write the result to {RECORD.relative_to(REPO)} (the instructors' page's number)")
+                        help=f"also write the result to {RECORD.relative_to(REPO)} (the classroom appendix's number)")
     args = parser.parse_args(argv)
     root = args.root.resolve()
     shutil.rmtree(root, ignore_errors=True)

@@ -6,6 +6,7 @@ Layout (nbgrader's, plus three files of the book's)::
     ROOT/course_secret              random, made once, readable by you only: seeds the hidden tests
     ROOT/students.csv               optional roster: id,first_name,last_name,email
     ROOT/due_dates.csv              optional: assignment,duedate (e.g. 07_masking,2027-03-01 17:00:00 UTC)
+    ROOT/instructor/discussion.md   the discussion questions with their model answers (never released)
     ROOT/source/ release/ submitted/ autograded/ feedback/ gradebook.db   (nbgrader's)
     ROOT/.grading/                  cached verdicts and what was graded when
     ROOT/grades.csv, ROOT/summary.txt

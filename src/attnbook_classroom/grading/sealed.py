@@ -8,7 +8,7 @@ package shows hexadecimal strings, not the answers.
 
 This keeps answers from being read off the installed package or a search of the repository; it does
 not stop a student from trying every choice of a small multiple-choice question through ``check``
-(the instructors' page says so).
+(the classroom appendix says so).
 
 To seal a new answer or message, print the entry to paste into the chapter's grading module::
 
