@@ -119,6 +119,14 @@ def test_every_exercise_of_every_chapter_is_mapped_to_an_outcome():
     assert set(OUTCOMES) <= {e.chapter for e in exercises}, "OUTCOMES names a chapter without exercises"
 
 
+def test_the_appendix_says_what_each_exercise_asks_for():
+    from attnbook_classroom import grading
+
+    table = PAGE.read_text(encoding="utf-8").split("## The exercises and what each asks for", 1)[1].split("\n## ", 1)[0]
+    missing = [e for e in grading.exercise_ids() if f"| `{e}` |" not in table]
+    assert not missing, f"chapters/appendix_classroom.md's table of exercises does not list {missing}"
+
+
 def test_the_guide_shows_the_outcomes_map_as_generated():
     from attnbook_classroom.course.guide import BEGIN, END, outcomes_markdown
 
