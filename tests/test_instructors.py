@@ -119,6 +119,13 @@ def test_every_exercise_of_every_chapter_is_mapped_to_an_outcome():
     assert set(OUTCOMES) <= {e.chapter for e in exercises}, "OUTCOMES names a chapter without exercises"
 
 
+def test_the_guide_counts_the_exercises():
+    from attnbook_classroom.course.guide import chapter_exercises
+
+    count = f"{len(chapter_exercises())} in all"
+    assert count in _page_text(GUIDE), f"chapters/instructors.md must count the exercises: {count!r}"
+
+
 def test_the_appendix_says_what_each_exercise_asks_for():
     from attnbook_classroom import grading
 
