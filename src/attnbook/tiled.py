@@ -201,7 +201,8 @@ def tiled_forward(
 def tiled_backward(
     d_output: Tensor, q: Tensor, k: Tensor, v: Tensor,
     output: Tensor, lse: Tensor, mask: Tensor | None,
-    key_mask: Tensor | None, is_causal: bool, scale: float, block_size: int,
+    key_mask: Tensor | None, is_causal: bool, scale: float,
+    block_size: int,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The backward pass: the gradients of q, k and v, tile by tile.
 

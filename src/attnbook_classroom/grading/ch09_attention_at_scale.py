@@ -320,20 +320,20 @@ def decoding_flops_with_cache(case):
 
 TILE_BACKWARD = exercise(
     "tile_backward",
-    "fn(q, k, v, out, lse, d_out, scale) -> (d_q, d_k, d_v): one tile of FlashAttention's backward "
+    "fn(q, k, v, out, lse, d_out, scale) -> (q_grad, k_grad, v_grad): one tile of FlashAttention's backward "
     "pass, no masks. q (..., L, D) the queries; k (..., Sb, D) and v (..., Sb, Dv) one block of keys "
     "and values; out (..., L, Dv) the attention output over ALL the keys and lse (..., L, 1) the "
     "log-sum-exp of each query's scores scale · q kᵀ over all the keys (what the forward pass "
     "saved); d_out (..., L, Dv) the gradient of the loss with respect to out. Returns the tile's "
-    "share of the gradients: d_q (..., L, D), summed over the blocks of keys it gives the "
-    "gradient of q, and d_k (..., Sb, D), d_v (..., Sb, Dv), the gradients of this block's keys "
+    "share of the gradients: q_grad (..., L, D), summed over the blocks of keys it gives the "
+    "gradient of q, and k_grad (..., Sb, D), v_grad (..., Sb, Dv), the gradients of this block's keys "
     "and values.",
     blocks=["attnbook.tiled.attention_tile_backward", "attnbook.tiled.tiled_backward",
             "attnbook.tiled.TiledAttention"])
 
 
 def tile_backward_ways(q, k, v, out, lse, d_out, scale):
-    """The right tile backward, then typical wrong ones: [(message or None, (d_q, d_k, d_v))]."""
+    """The right tile backward, then typical wrong ones: [(message or None, (q_grad, k_grad, v_grad))]."""
     scores = scale * q @ k.transpose(-2, -1)  # (..., L, Sb)
     weights = torch.exp(scores - lse)  # (..., L, Sb): normalised over all the keys
     d_weights = d_out @ v.transpose(-2, -1)  # (..., L, Sb)
@@ -378,17 +378,17 @@ def tile_backward_ways(q, k, v, out, lse, d_out, scale):
 
 
 def compare_tile_grads(out, ways, what):
-    """Raise Wrong unless ``out`` is the right (d_q, d_k, d_v); name a typical mistake."""
+    """Raise Wrong unless ``out`` is the right (q_grad, k_grad, v_grad); name a typical mistake."""
     if not (isinstance(out, (tuple, list)) and len(out) == 3 and all(isinstance(t, Tensor) for t in out)):
         raise Wrong(f"Your function returned {type(out).__name__}; expected a tuple of three tensors "
-                    "(d_q, d_k, d_v).")
+                    "(q_grad, k_grad, v_grad).")
     (_, ref), wrong = ways[0], ways[1:]
     if all(same(a, b) for a, b in zip(out, ref)):
         return
     for message, candidate in wrong:
         if all(same(a, b) for a, b in zip(out, candidate)):
             raise Wrong(message)
-    for name, got, want in zip(("d_q", "d_k", "d_v"), out, ref):
+    for name, got, want in zip(("q_grad", "k_grad", "v_grad"), out, ref):
         compare(got, want, f"{name} ({what})")
 
 
@@ -426,11 +426,11 @@ def tile_backward_two_tiles(case):
     for got in (first, second):
         if not (isinstance(got, (tuple, list)) and len(got) == 3 and all(isinstance(t, Tensor) for t in got)):
             raise Wrong(f"Your function returned {type(got).__name__}; expected a tuple of three "
-                        "tensors (d_q, d_k, d_v).")
+                        "tensors (q_grad, k_grad, v_grad).")
     try:  # the two tiles' shares, put together
         got = (first[0] + second[0], torch.cat([first[1], second[1]], 1), torch.cat([first[2], second[2]], 1))
     except Exception as exc:
-        raise Wrong(f"Your two tiles' gradients do not fit together (d_q summed, d_k and d_v "
+        raise Wrong(f"Your two tiles' gradients do not fit together (q_grad summed, k_grad and v_grad "
                     f"concatenated over the keys): {type(exc).__name__}: {exc}") from None
     per_block = [tile_backward_ways(q, k[:, b], v[:, b], out, lse, d_out, scale) for b in blocks]
     ways = [(message, (a[0] + b[0], torch.cat([a[1], b[1]], 1), torch.cat([a[2], b[2]], 1)))
