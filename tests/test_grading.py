@@ -165,6 +165,22 @@ def good_merge_state(a, b):
     return m, c1 * l1 + c2 * l2, c1[..., None] * o1 + c2[..., None] * o2
 
 
+def tile_backward_with(delta="rows", weights="lse", scale_q=True, scale_k=True):
+    """Exercise 9.5 written here without attnbook, right or with a typical mistake: D from this
+    tile's weights, weights normalised otherwise, or the scale left out of a gradient."""
+    def fn(q, k, v, out, lse, d_out, scale):
+        scores = scale * q @ k.transpose(-2, -1)  # (..., L, Sb)
+        p = {"lse": lambda: torch.exp(scores - lse), "raw": lambda: torch.exp(scores),
+             "tile": lambda: torch.softmax(scores, -1)}[weights]()
+        dp = d_out @ v.transpose(-2, -1)  # (..., L, Sb)
+        d = {"rows": (d_out * out).sum(-1, keepdim=True), "tile": (p * dp).sum(-1, keepdim=True),
+             "none": 0.0}[delta]
+        ds = p * (dp - d)
+        return ((scale if scale_q else 1.0) * ds @ k, (scale if scale_k else 1.0) * ds.transpose(-2, -1) @ q,
+                p.transpose(-2, -1) @ d_out)
+    return fn
+
+
 def good_induction_score(w, first, second, n):
     """Exercise 12.1 written here without attnbook."""
     k = torch.arange(n - 1)
@@ -560,6 +576,7 @@ GOOD = {
     "weakest_month_format": None,
     "cross_attention_zeros": good_cross_zeros,
     "decoding_flops": good_decoding_flops,
+    "tile_backward": tile_backward_with(),
     "heads_interchangeable": None,  # measured: _Lazy computes it
     "fit_bilinear_weight": fit_weight(),
     "apply_rotary": rotary_with(),
@@ -876,6 +893,14 @@ MISTAKES = [
      lambda a, b: (lambda m: (m, torch.exp(a[0] - m) * a[1] + torch.exp(b[0] - m) * b[1],
                              torch.exp(a[0] - m)[..., None] * a[2] + torch.exp(b[0] - m)[..., None] * b[2]))(
          torch.maximum(a[0], b[0])), "empty_block", "NaN"),
+    ("tile_backward", tile_backward_with(delta="none"), "one_tile", "rowsum(dO_i · O_i)"),
+    ("tile_backward", tile_backward_with(delta="none"), "two_tiles", "forgot the D_i"),
+    ("tile_backward", tile_backward_with(weights="raw"), "one_tile", "unnormalised"),
+    ("tile_backward", tile_backward_with(weights="tile"), "two_tiles", "this tile's keys only"),
+    ("tile_backward", tile_backward_with(delta="tile"), "two_tiles", "D from this tile's weights"),
+    ("tile_backward", tile_backward_with(scale_q=False, scale_k=False), "one_tile", "left out the scale"),
+    ("tile_backward", tile_backward_with(scale_k=False), "two_tiles", "not in that of k"),
+    ("tile_backward", tile_backward_with(scale_q=False), "one_tile", "not in that of q"),
     # mistakes as they appear in published tutorials
     ("masked_softmax", lambda s, m: torch.nn.functional.softmax(s.masked_fill(~m, -1e9)), "values", "dimension 0"),
     ("masked_softmax", lambda s, m: torch.softmax(s.masked_fill(m, -1e4), -1), "values", "polarity"),
@@ -1282,6 +1307,21 @@ def test_package_implementations_pass_their_exercises():
     assert check("padding_mask", lambda lengths, S: padding_mask(lengths, max_len=S)).passed
     feedback = check("seq2seq_attention_step", lambda h, enc, m: attention_step(h, enc, DotScore(), m))
     assert feedback.passed, str(feedback)
+
+
+def test_package_tile_backward_passes_exercise_9_5():
+    """The library's tile (attention_tile_backward) is the grader's reference, and a tile that
+    normalises over its own keys passes only while it holds every key."""
+    from attnbook.tiled import attention_tile_backward
+
+    def tile(q, k, v, out, lse, d_out, scale):
+        weights, d_scores = attention_tile_backward(scale * q @ k.transpose(-2, -1), lse,
+                                                    (d_out * out).sum(-1, keepdim=True), d_out, v)
+        return scale * d_scores @ k, scale * d_scores.transpose(-2, -1) @ q, weights.transpose(-2, -1) @ d_out
+
+    feedback = check("tile_backward", tile)
+    assert feedback.passed, str(feedback)
+    assert check("tile_backward", tile_backward_with(weights="tile"), part="one_tile").passed
 
 
 def test_package_multi_head_module_passes():

@@ -1,6 +1,7 @@
 """Chapter 9, attention at scale: merging two blocks of an online softmax, how often the online
 softmax rescales (an experiment), the memory of a
-key/value cache, and the FLOPs of decoding with and without it."""
+key/value cache, the FLOPs of decoding with and without it, and the backward pass of one tile of
+attention."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnbook.functional import masked_softmax
+from attnbook.functional import attention, masked_softmax
 from attnbook.kv_cache import KVCache
 from attnbook.tiled import online_softmax_step
 from attnbook.models.transformer import TinyTransformer
@@ -311,3 +312,128 @@ def decoding_flops_without_cache(case):
 @part(DECODING_FLOPS, "with_cache")
 def decoding_flops_with_cache(case):
     yield from decoding_flops_cases(case, True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 9.5: tile_backward
+# ------------------------------------------------------------------------------------------------
+
+TILE_BACKWARD = exercise(
+    "tile_backward",
+    "fn(q, k, v, out, lse, d_out, scale) -> (q_grad, k_grad, v_grad): one tile of FlashAttention's backward "
+    "pass, no masks. q (..., L, D) the queries; k (..., Sb, D) and v (..., Sb, Dv) one block of keys "
+    "and values; out (..., L, Dv) the attention output over ALL the keys and lse (..., L, 1) the "
+    "log-sum-exp of each query's scores scale · q kᵀ over all the keys (what the forward pass "
+    "saved); d_out (..., L, Dv) the gradient of the loss with respect to out. Returns the tile's "
+    "share of the gradients: q_grad (..., L, D), summed over the blocks of keys it gives the "
+    "gradient of q, and k_grad (..., Sb, D), v_grad (..., Sb, Dv), the gradients of this block's keys "
+    "and values.",
+    blocks=["attnbook.tiled.attention_tile_backward", "attnbook.tiled.tiled_backward",
+            "attnbook.tiled.TiledAttention"])
+
+
+def tile_backward_ways(q, k, v, out, lse, d_out, scale):
+    """The right tile backward, then typical wrong ones: [(message or None, (q_grad, k_grad, v_grad))]."""
+    scores = scale * q @ k.transpose(-2, -1)  # (..., L, Sb)
+    weights = torch.exp(scores - lse)  # (..., L, Sb): normalised over all the keys
+    d_weights = d_out @ v.transpose(-2, -1)  # (..., L, Sb)
+    delta = (d_out * out).sum(-1, keepdim=True)  # (..., L, 1)
+
+    def grads(p, d_scores, dq_scale=scale, dk_scale=scale):
+        return (dq_scale * d_scores @ k, dk_scale * d_scores.transpose(-2, -1) @ q,
+                p.transpose(-2, -1) @ d_out)
+
+    tile_softmax = torch.softmax(scores, -1)  # (..., L, Sb): this tile's keys only
+    unnormalised = torch.exp(scores)  # (..., L, Sb)
+    shifted = torch.exp(scores - scores.amax(-1, keepdim=True))  # (..., L, Sb)
+    tile_delta = (weights * d_weights).sum(-1, keepdim=True)  # (..., L, 1): this tile's keys only
+    tile_softmax_message = (
+        "You normalised the weights over this tile's keys only (a softmax of the tile): the forward "
+        "normalised over ALL the keys, and lse is the log of that whole row's denominator, so the "
+        "weights are exp(scores − lse).")
+    return [
+        (None, grads(weights, weights * (d_weights - delta))),
+        ("You forgot the D_i = rowsum(dO_i · O_i) term: the softmax couples the scores of a row, so "
+         "the gradient of the scores is P ∘ (dP − D), not P ∘ dP.", grads(weights, weights * d_weights)),
+        ("You used unnormalised weights exp(scores): the forward's weights are exp(scores − lse), "
+         "divided by the whole row's normaliser.",
+         grads(unnormalised, unnormalised * (d_weights - delta))),
+        ("You used exp(scores − max) without dividing by the normaliser: the forward's weights are "
+         "exp(scores − lse); lse = m + log ℓ already holds the maximum and the normaliser.",
+         grads(shifted, shifted * (d_weights - delta))),
+        (tile_softmax_message, grads(tile_softmax, tile_softmax * (d_weights - delta))),
+        (tile_softmax_message,
+         grads(tile_softmax, tile_softmax * (d_weights - (tile_softmax * d_weights).sum(-1, keepdim=True)))),
+        ("You computed D from this tile's weights only: D_i = Σ_j P_ij dP_ij runs over ALL the keys, "
+         "which is why it is computed as rowsum(dO_i · O_i) from the full output.",
+         grads(weights, weights * (d_weights - tile_delta))),
+        ("You left out the scale in the gradients of q and k: the scores are scale · q kᵀ, so "
+         "dQ = scale · dS K and dK = scale · dSᵀ Q.",
+         grads(weights, weights * (d_weights - delta), 1.0, 1.0)),
+        ("The scale is in the gradient of q but not in that of k: dK = scale · dSᵀ Q too.",
+         grads(weights, weights * (d_weights - delta), scale, 1.0)),
+        ("The scale is in the gradient of k but not in that of q: dQ = scale · dS K too.",
+         grads(weights, weights * (d_weights - delta), 1.0, scale)),
+    ]
+
+
+def compare_tile_grads(out, ways, what):
+    """Raise Wrong unless ``out`` is the right (q_grad, k_grad, v_grad); name a typical mistake."""
+    if not (isinstance(out, (tuple, list)) and len(out) == 3 and all(isinstance(t, Tensor) for t in out)):
+        raise Wrong(f"Your function returned {type(out).__name__}; expected a tuple of three tensors "
+                    "(q_grad, k_grad, v_grad).")
+    (_, ref), wrong = ways[0], ways[1:]
+    if all(same(a, b) for a, b in zip(out, ref)):
+        return
+    for message, candidate in wrong:
+        if all(same(a, b) for a, b in zip(out, candidate)):
+            raise Wrong(message)
+    for name, got, want in zip(("q_grad", "k_grad", "v_grad"), out, ref):
+        compare(got, want, f"{name} ({what})")
+
+
+def tile_inputs(case, L, S, D=4, Dv=3):
+    """q, k, v, and what the forward pass saved (out, lse), and a d_out, in float64."""
+    f64 = torch.float64
+    q, k, v = case.randn(2, L, D, dtype=f64), case.randn(2, S, D, dtype=f64), case.randn(2, S, Dv, dtype=f64)
+    d_out = case.randn(2, L, Dv, dtype=f64)
+    scale = 1 / D ** 0.5
+    out = attention(q, k, v)[0]  # (2, L, Dv)
+    lse = torch.logsumexp(scale * q @ k.transpose(-2, -1), -1, keepdim=True)  # (2, L, 1)
+    return q, k, v, out, lse, d_out, scale
+
+
+def autograd_grads(q, k, v, d_out):
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    return torch.autograd.grad(attention(*leaves)[0], leaves, d_out)  # (d_q, d_k, d_v)
+
+
+@part(TILE_BACKWARD, "one_tile")
+def tile_backward_one_tile(case):
+    q, k, v, out, lse, d_out, scale = tile_inputs(case, case.size(5, 3, 8), case.size(7, 4, 9))
+    got = yield call(q, k, v, out, lse, d_out, scale)
+    ways = tile_backward_ways(q, k, v, out, lse, d_out, scale)
+    ways[0] = (None, autograd_grads(q, k, v, d_out))  # a tile of every key: autograd's gradients
+    compare_tile_grads(got, ways, "a tile that holds every key")
+
+
+@part(TILE_BACKWARD, "two_tiles")
+def tile_backward_two_tiles(case):
+    split, S = case.size(4, 2, 6), case.size(10, 8, 14)
+    q, k, v, out, lse, d_out, scale = tile_inputs(case, case.size(6, 3, 8), S)
+    blocks = (slice(0, split), slice(split, S))
+    first, second = yield [call(q, k[:, b], v[:, b], out, lse, d_out, scale) for b in blocks]
+    for got in (first, second):
+        if not (isinstance(got, (tuple, list)) and len(got) == 3 and all(isinstance(t, Tensor) for t in got)):
+            raise Wrong(f"Your function returned {type(got).__name__}; expected a tuple of three "
+                        "tensors (q_grad, k_grad, v_grad).")
+    try:  # the two tiles' shares, put together
+        got = (first[0] + second[0], torch.cat([first[1], second[1]], 1), torch.cat([first[2], second[2]], 1))
+    except Exception as exc:
+        raise Wrong(f"Your two tiles' gradients do not fit together (q_grad summed, k_grad and v_grad "
+                    f"concatenated over the keys): {type(exc).__name__}: {exc}") from None
+    per_block = [tile_backward_ways(q, k[:, b], v[:, b], out, lse, d_out, scale) for b in blocks]
+    ways = [(message, (a[0] + b[0], torch.cat([a[1], b[1]], 1), torch.cat([a[2], b[2]], 1)))
+            for (message, a), (_, b) in zip(*per_block)]
+    ways[0] = (None, autograd_grads(q, k, v, d_out))
+    compare_tile_grads(got, ways, "two tiles of keys, put together")
