@@ -104,6 +104,8 @@ OUTCOMES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
          ("kv_cache_bytes", "decoding_flops")),
         ("Merge partial softmaxes over blocks of keys, as tiled (Flash) attention does",
          ("online_softmax_merge", "online_softmax_rescales")),
+        ("Compute attention's gradients one tile at a time from the saved output and log-sum-exp",
+         ("tile_backward",)),
     ],
     "10_rotary_positions": [
         ("Implement rotary positions in the layout a library uses, and derive that the score depends "
