@@ -123,9 +123,9 @@ serve: venv
 bench: venv
 	THP_MEM_ALLOC_ENABLE=1 $(PY) -m attnbook_tools.bench --threads 2
 
-# The site build (one core, Sphinx) runs alongside nbval-runnable (one notebook at a time), which
-# leaves a core idle most of the time; the build's output goes to BUILD_LOG and is shown when both
-# are done. A failure of either fails `make test`, saying which; the browser tests need the build.
+# The site build (one core, Sphinx) and then the browser tests on it run alongside nbval-runnable
+# (one notebook at a time), so that neither core waits; their output goes to BUILD_LOG and is shown
+# when all are done. A failure of any fails `make test`, saying which.
 BUILD_LOG := _build/build.log
 test: system-packages venv
 	@mkdir -p _build
@@ -137,16 +137,19 @@ test: system-packages venv
 	[ $$unit -eq 0 ] && [ $$labenv -eq 0 ]
 	$(MAKE) --no-print-directory nbval
 	@mkdir -p $(dir $(BUILD_LOG))
-	@echo "make test: the site build runs alongside nbval-runnable (its output: $(BUILD_LOG), shown below)"
-	@$(MAKE) --no-print-directory build >$(BUILD_LOG) 2>&1 & build=$$!; \
+	@echo "make test: the site build and then the browser tests run alongside nbval-runnable (their output: $(BUILD_LOG), shown below)"
+	@{ built=0; $(MAKE) --no-print-directory build || built=$$?; \
+	   [ $$built -eq 0 ] || { echo "make test: build FAILED (exit $$built)"; exit 1; }; \
+	   browsed=0; $(MAKE) --no-print-directory browser || browsed=$$?; \
+	   [ $$browsed -eq 0 ] || { echo "make test: browser FAILED (exit $$browsed)"; exit 1; }; \
+	 } >$(BUILD_LOG) 2>&1 & site=$$!; \
 	runnable=0; $(MAKE) --no-print-directory nbval-runnable || runnable=$$?; \
-	built=0; wait $$build || built=$$?; \
-	echo "--- make build (ran alongside nbval-runnable), from $(BUILD_LOG) ---"; cat $(BUILD_LOG); \
-	echo "--- end of make build ---"; \
-	[ $$runnable -eq 0 ] || echo "make test: nbval-runnable FAILED (exit $$runnable, its output is above the build's)"; \
-	[ $$built -eq 0 ] || echo "make test: build FAILED (exit $$built, its output is just above)"; \
-	[ $$runnable -eq 0 ] && [ $$built -eq 0 ]
-	$(MAKE) --no-print-directory browser
+	site_ok=0; wait $$site || site_ok=$$?; \
+	echo "--- make build, then make browser (ran alongside nbval-runnable), from $(BUILD_LOG) ---"; cat $(BUILD_LOG); \
+	echo "--- end of make build and make browser ---"; \
+	[ $$runnable -eq 0 ] || echo "make test: nbval-runnable FAILED (exit $$runnable, its output is above the site's)"; \
+	[ $$site_ok -eq 0 ] || echo "make test: the site's build or browser tests FAILED (exit $$site_ok, just above)"; \
+	[ $$runnable -eq 0 ] && [ $$site_ok -eq 0 ]
 	@echo "make test: all parts passed"
 
 # The system packages `make test` needs, checked before anything is made: bubblewrap (the grading
