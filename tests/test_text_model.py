@@ -161,3 +161,14 @@ def test_the_shipped_heads_are_the_best_of_their_scores():
     for role, entry in run["found"].items():
         table = torch.tensor(run["scores"][role])
         assert entry["score"] == table.max().item() == table[entry["layer"], entry["head"]].item()
+
+
+def test_sampling_at_temperature_zero_is_the_models_greedy_decoding():
+    model = study.load_text_model(0)
+    prompt = "The \"while\" statement\n"
+    greedy = study.sample_text(model, prompt, 40, temperature=0.0)
+    expected = model.generate(encode(prompt)[None], 40)[0, len(encode(prompt)):]
+    assert greedy.encode("utf-8") == bytes(expected.tolist())
+    assert study.sample_text(model, prompt, 40, temperature=3.0, top_k=1, seed=5) == greedy
+    warm = study.sample_text(model, prompt, 40, temperature=1.0, top_k=20, seed=1)
+    assert warm == study.sample_text(model, prompt, 40, temperature=1.0, top_k=20, seed=1) and warm != greedy

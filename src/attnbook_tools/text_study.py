@@ -37,8 +37,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from attnbook.models.encoder_decoder import next_token
 from attnbook.models.transformer import TinyTransformer
-from attnbook.tasks.text import (VOCAB_SIZE, encode, next_token_losses, split_text, text_batch,
+from attnbook.tasks.text import (VOCAB_SIZE, decode, encode, next_token_losses, split_text, text_batch,
                                  validation_windows)
 from attnbook.train import train_steps
 from attnbook_tools.datafiles import DATA_DIR, load_checkpoint_file, load_json_file, verified, write_results
@@ -46,7 +47,7 @@ from attnbook_tools.dates_model import save_model
 
 __all__ = ["CORPUS", "LICENSE", "CONFIG", "TRAINING", "RESULTS_FILE", "load_text", "text_parts",
            "build_model", "validation_loss", "train_text_model", "checkpoint_path", "load_text_model",
-           "load_results", "run", "main"]
+           "load_results", "sample_text", "run", "main"]
 
 CORPUS, LICENSE = "python_reference.txt", "python_reference_LICENSE.txt"
 CONFIG = {"vocab_size": VOCAB_SIZE, "max_len": 128, "embed_dim": 64, "num_heads": 4, "num_layers": 3}
@@ -173,6 +174,27 @@ def load_results(data_dir: str | pathlib.Path = DATA_DIR) -> dict:
         no tensors
     """
     return load_json_file(pathlib.Path(data_dir) / RESULTS_FILE)
+
+
+@torch.no_grad()
+def sample_text(model: TinyTransformer, prompt: str, num_bytes: int, *, temperature: float = 1.0,
+                top_k: int | None = None, seed: int = 0) -> str:
+    """Continue ``prompt`` by ``num_bytes`` bytes, each drawn with chapter 8c's
+    :func:`attnbook.models.encoder_decoder.next_token` (``temperature`` 0 is greedy; ``top_k`` keeps
+    the k likeliest bytes), through the model's key/value caches. Returns the continuation only.
+
+    Shapes:
+        prompt (L0 bytes) -> num_bytes bytes, L0 + num_bytes <= max_len
+    """
+    tokens = encode(prompt)[None]  # (1, L0)
+    generator = torch.Generator().manual_seed(seed)
+    caches = model.new_caches(1, tokens.shape[1] + num_bytes)
+    fed, new = tokens, []
+    for _ in range(num_bytes):
+        logits = model(fed, caches=caches)[:, -1]  # (1, V): the prediction at the last position
+        fed = next_token(logits, temperature=temperature, top_k=top_k, generator=generator)[:, None]  # (1, 1)
+        new.append(fed)
+    return decode(torch.cat(new, dim=1)[0]) if new else ""
 
 
 def run(seed: int = 0, out: str | pathlib.Path = DATA_DIR, data_dir: str | pathlib.Path = DATA_DIR) -> dict:
