@@ -14,6 +14,7 @@ from torch import nn
 
 from attnbook_classroom import grading
 from attnbook_classroom.grading import Feedback, check
+import grading_linear_answers
 
 # ----------------------------------------------------------------------------------------------
 # Right answers, written the way a student would
@@ -588,6 +589,9 @@ GOOD = {
     "induction_score": good_induction_score,
     "knock_out_heads": None,  # measured: _Lazy computes it
     "induction_attends": {"induction": 4, "previous_token": 8, "copying": "b"},
+    "delta_rule_step": grading_linear_answers.good_delta_step,
+    "chunked_linear_attention": grading_linear_answers.good_chunked,
+    "recall_capacity": None,  # measured: _Lazy computes it
 }
 
 # Measured answers (experiments) are computed when a test asks for them.
@@ -596,7 +600,7 @@ GOOD = _Lazy(GOOD, block_spread=_spread_answer, weakest_month_format=_weakest_mo
              rearrangement_accuracy=_rearrangement_answer, self_weight=_self_weight_answer,
              mask_after_softmax=_after_softmax_answer, online_softmax_rescales=_rescales_answer,
              heads_interchangeable=_heads_answer, rotary_extrapolation=_extrapolation_answer,
-             knock_out_heads=_knock_answer)
+             knock_out_heads=_knock_answer, recall_capacity=grading_linear_answers.recall_answer)
 
 
 def test_every_exercise_has_a_right_answer_here():
