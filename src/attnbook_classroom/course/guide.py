@@ -121,7 +121,14 @@ OUTCOMES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("Find a head's role by measuring its weights", ("induction_score", "induction_attends")),
         ("Test what a model needs by knocking heads out", ("knock_out_heads",)),
     ],
-    # Chapters 13, 14 and 15: their outcomes join here.
+    # Chapters 13 and 14: their outcomes join here.
+    "15_linear_attention": [
+        ("Write one step of the gated delta rule in the right order: forget, predict, write the error, read",
+         ("delta_rule_step",)),
+        ("Compute causal linear attention chunk by chunk and explain why it equals the recurrence",
+         ("chunked_linear_attention",)),
+        ("Predict, then measure, how many pairs a fixed-size state recalls", ("recall_capacity",)),
+    ],
 }
 
 _HEADING = re.compile(r"^###\s+Exercise\s+(?P<number>\d+[a-z]?\.\d+)(?:\s*\([^)]*\))?\s*:\s*(?P<title>.+?)\s*$")
