@@ -118,7 +118,7 @@ serve: venv
 	@echo "Serving the book at http://127.0.0.1:$(PORT)/ (Ctrl-C to stop)"
 	$(PY) -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
 
-# Not part of `make test`: a full run takes a few minutes (tests/test_bench.py runs --smoke).
+# Not part of `make test`: a full run takes a few minutes (tests/tools/test_bench.py runs --smoke).
 # THP_MEM_ALLOC_ENABLE=1 lets PyTorch back large tensors with 2 MiB pages (fewer page faults).
 bench: venv
 	THP_MEM_ALLOC_ENABLE=1 $(PY) -m attnbook_tools.bench --threads 2

@@ -31,9 +31,9 @@ settings.load_profile("book")
 # Only the order changes; which tests run does not. Only tests without a module-scoped fixture are
 # moved (a module's tests handed out in turn would set its fixture up on both workers).
 LONGEST_FIRST = (
-    "tests/test_nbgrader.py::test_classroom_workflow_with_nbgrader",
-    "tests/test_nbgrader.py::test_every_chapter_releases_its_exercise_notebook",
-    "tests/test_nbval_meaning.py::test_outputs_are_stored_and_checked_under_the_profile",
+    "tests/classroom/test_nbgrader.py::test_classroom_workflow_with_nbgrader",
+    "tests/classroom/test_nbgrader.py::test_every_chapter_releases_its_exercise_notebook",
+    "tests/book/test_nbval_meaning.py::test_outputs_are_stored_and_checked_under_the_profile",
 )
 
 

@@ -1,6 +1,6 @@
 """Figures whose smallest text is known to be under 8 CSS pixels on a phone (or not yet shown to
 reach it): tests/browser/test_small_screens.py's debts, per chapter, by glue key or control id.
-They work as tests/chapter_debts.py's do (chapter_debts.settle): a figure not listed fails, a
+They work as tests/book/chapter_debts.py's do (chapter_debts.settle): a figure not listed fails, a
 listed figure that is fixed fails until its entry is deleted, the rest is an expected failure.
 The chapters' owners delete entries as they fix their figures; nobody adds entries.
 

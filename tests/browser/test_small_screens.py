@@ -8,7 +8,7 @@ report that attnbook_tools.notebook.glue (and widgets.explore) store with each f
 stored before the report measured it only has the desktop guarantee (no text under 8 CSS points,
 10.7 CSS pixels, at its desktop width): it passes when that bound is enough, and is otherwise
 reported, with the bound, until its chapter is executed again. Figures known to fail are listed
-in tests/browser/phone_debts.py, the way tests/chapter_debts.py lists the chapters' other debts.
+in tests/browser/phone_debts.py, the way tests/book/chapter_debts.py lists the chapters' other debts.
 
 The first screen of every page at both widths is kept in _build/screenshots/ (conftest.py).
 """
@@ -208,7 +208,7 @@ def test_figure_text_is_legible_on_a_phone(visit_phone, name):
     """Every figure's smallest text is at least MIN_PHONE_TEXT_PX (8) CSS pixels on a phone."""
     images = visit_phone(name).page.evaluate(IMAGES)
     entry = "chapters/" + name.removesuffix(".html").split("/")[-1]
-    here = lambda outcome: str(outcome).replace("tests/chapter_debts.py", "tests/browser/phone_debts.py")  # noqa: E731
+    here = lambda outcome: str(outcome).replace("tests/book/chapter_debts.py", "tests/browser/phone_debts.py")  # noqa: E731
     try:
         settle("phone-figures", entry, phone_figure_violations(name, images))
     except pytest.xfail.Exception as expected:  # a subclass of pytest.fail's: first

@@ -70,7 +70,7 @@ CHECK_FIRST_LINE = re.compile(r"^\s*#\s*Check\b")
 PLAYGROUND_IMPORT = "from attnbook_tools.playground import playground_check"
 # Packages some chapters import beyond the library's `book` extra; pyproject.toml's `lab` extra
 # (make lab, Binder) carries them, and a chapter's Colab cell installs the ones it imports, at the
-# versions requirements.txt pins. tests/test_runnable.py keeps this list, the chapters' imports and
+# versions requirements.txt pins. tests/build/test_runnable.py keeps this list, the chapters' imports and
 # the `lab` extra in step.
 STUDENT_PACKAGES = ("pytest", "transformers")
 

@@ -13,7 +13,7 @@ For each rule and chapter, :func:`settle` then
 
 The chapters' owners delete entries as they fix them; nobody adds entries (a justified
 exception is allowed in the chapter itself, in the cell's metadata: see each rule's test).
-Run ``python tests/chapter_debts.py`` to print every chapter's current violations.
+Run ``python tests/book/chapter_debts.py`` to print every chapter's current violations.
 """
 
 from __future__ import annotations
@@ -46,18 +46,18 @@ def settle(rule: str, entry: str, found: dict[str, str]) -> None:
     fixed = sorted(known - set(found))
     problems = []
     if new:
-        problems.append(f"{entry}: {len(new)} violation(s) of '{rule}' not listed in tests/chapter_debts.py:")
+        problems.append(f"{entry}: {len(new)} violation(s) of '{rule}' not listed in tests/book/chapter_debts.py:")
         problems += [f"  - {message}" for message in new.values()]
     if fixed:
         problems.append(f"{entry}: listed under DEBTS[{rule!r}] but fixed; delete these entries from "
-                        "tests/chapter_debts.py:")
+                        "tests/book/chapter_debts.py:")
         problems += [f"  - {key!r}" for key in fixed]
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
     if found:
         shown = list(found.values())[:2]
         more = f" | ... {len(found) - 2} more" if len(found) > 2 else ""
-        pytest.xfail(f"{len(found)} known violation(s) of '{rule}' listed in tests/chapter_debts.py: "
+        pytest.xfail(f"{len(found)} known violation(s) of '{rule}' listed in tests/book/chapter_debts.py: "
                      + " | ".join(shown) + more)
 
 
@@ -80,7 +80,8 @@ def _print_current() -> None:  # pragma: no cover - a tool for the chapters' own
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    here = Path(__file__).resolve().parent
+    sys.path[:0] = [str(here), str(here.parent)]  # the chapter-wide tests and tests/toc_notebooks.py
     from test_notebooks import ENTRIES, notebook_or_none
 
     rules = {}

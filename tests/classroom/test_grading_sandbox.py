@@ -22,7 +22,7 @@ from attnbook_classroom.grading.sandbox import Sandbox, SandboxUnavailable, bwra
 from attnbook_classroom.grading.submission import Submission, BadTestCell, grade_in_sandbox, parse_test_cell
 
 SECRET = bytes(range(32))
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def notebook(cells: list[str], tests: dict[str, str]) -> nbformat.NotebookNode:

@@ -24,7 +24,7 @@ from attnbook_classroom.course import (build_assignments, export_csv, grade, gra
                                        toc_chapters)
 from attnbook_classroom.course.folder import api
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PY = sys.executable
 ENV = {**os.environ, "PATH": str(pathlib.Path(PY).parent) + os.pathsep + os.environ.get("PATH", ""),
        "OMP_NUM_THREADS": "1"}

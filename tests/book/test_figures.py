@@ -5,7 +5,7 @@ the output's metadata (``metadata["attnbook"]["figure"]``, see ``attnbook_tools.
 ``attnbook_tools.widgets.explore`` does the same for each precomputed setting of a control. A chapter
 passes when every stored figure has that report and the report lists no problem: no text under
 8 pt once the figure is scaled to the column, no overlapping labels, no two series that differ
-only in hue. Today's violations are listed in tests/chapter_debts.py (rule "figures").
+only in hue. Today's violations are listed in tests/book/chapter_debts.py (rule "figures").
 
 The package's plot helpers are checked directly below, on typical and large inputs.
 """

@@ -10,7 +10,7 @@ reviewed like code: a new public name in a teaching module fails
 
 A justified exception (a deliberate forward look, explained on the page) is allowed in the cell's
 metadata: ``{"attnbook": {"allow": {"order:KVCache": "reason"}}}``. Today's violations are listed in
-tests/chapter_debts.py (rule "order").
+tests/book/chapter_debts.py (rule "order").
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def order_violations(entry: str, nb) -> dict[str, str]:
             if where == ANYWHERE or allowed(cell, f"order:{name}"):
                 continue
             if where is False:
-                found[name] = f"cell {index} uses {module}.{name}, which tests/test_reading_order.py does not map"
+                found[name] = f"cell {index} uses {module}.{name}, which tests/book/test_reading_order.py does not map"
             elif where is None:
                 found[name] = f"cell {index} uses {module}.{name}, which no chapter teaches"
             elif position.get(where, -1) > position[entry]:

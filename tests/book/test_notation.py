@@ -6,7 +6,7 @@ is allowed in the chapter itself, in the cell's metadata, with its reason:
 
     {"attnbook": {"allow": {"notation:vocab-V": "quotes the original paper's formula"}}}
 
-Today's violations are listed in tests/chapter_debts.py (rule "notation").
+Today's violations are listed in tests/book/chapter_debts.py (rule "notation").
 """
 
 from __future__ import annotations

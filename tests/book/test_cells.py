@@ -15,7 +15,7 @@
   a kernel, and the website leaves them out. ``mask_editor`` is the one live-only control (its
   states cannot be precomputed): the chapter shows its static twin as a figure.
 
-Today's violations are listed in tests/chapter_debts.py (rules "checks", "code-width", "controls").
+Today's violations are listed in tests/book/chapter_debts.py (rules "checks", "code-width", "controls").
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import re
 
 from attnbook_tools.datafiles import verified
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGE = ROOT / "chapters" / "instructors.md"
 RECORD = ROOT / "data" / "grade_bench.json"
 TARGET_MINUTES = 15

@@ -22,7 +22,7 @@ from runnable import (EDITION_DIR, Book, RunnableError, copy_missing,
                                stale_notebooks, write_filled_copies)
 from runnable.syntax import without_code
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 BOOK = Book(ROOT)
 CHAPTERS = BOOK.notebooks()
 IDS = [c.stem for c in CHAPTERS]
