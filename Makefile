@@ -149,12 +149,13 @@ test: system-packages venv
 	$(MAKE) --no-print-directory browser
 	@echo "make test: all parts passed"
 
-# The system packages `make test` needs, checked before anything is made: bubblewrap (the grading
-# sandbox), Chromium (the browser tests; CHROMIUM=... for another path) and npm (the website's
-# offline MathJax and widgets). One message names whatever is missing and how to install it.
+# The system packages `make test` needs, checked before anything is made: bubblewrap and libseccomp2
+# (the grading sandbox and its system call filter), Chromium (the browser tests; CHROMIUM=... for
+# another path) and npm (the website's offline MathJax and widgets). One message names whatever is missing and how to install it.
 system-packages:
 	@missing=""; \
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	/sbin/ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 ' || missing="$$missing libseccomp2"; \
 	[ -x "$${CHROMIUM:-/usr/bin/chromium}" ] || missing="$$missing chromium"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	[ -z "$$missing" ] || { echo "make test needs these system packages, missing here:$$missing."; \
