@@ -9,8 +9,7 @@ reviewed like code: a new public name in a teaching module fails
 :func:`test_the_map_names_every_public_name` until someone decides where it is taught.
 
 A justified exception (a deliberate forward look, explained on the page) is allowed in the cell's
-metadata: ``{"attnbook": {"allow": {"order:KVCache": "reason"}}}``. Today's violations are listed in
-tests/book/chapter_debts.py (rule "order").
+metadata: ``{"attnbook": {"allow": {"order:KVCache": "reason"}}}``.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import re
 import pytest
 
 import attnbook
-from chapter_debts import rule_test
+from chapter_rules import rule_test
 from test_notation import rule_cells
 from test_notebooks import ENTRIES, allowed, notebook_or_none, parse_cell, public_names
 

@@ -15,7 +15,6 @@ from site_pages import CHAPTERS_WITH_NOTEBOOKS, VIEWPORT, stored_controls, toc_p
 from test_controls import assert_clicks_select_the_nearest_setting, click_sweep
 
 from attnbook_tools.plots import PAGE_FIGURE_WIDTH_PX
-from chapter_debts import DEBTS
 from test_cells import SITE_CODE_COLUMNS
 
 NARROWEST_DESKTOP = {"width": 1200, "height": 900}
@@ -105,8 +104,7 @@ def test_wide_maths_scrolls_instead_of_being_cut_off(visit, name):
 @pytest.mark.parametrize("name", CHAPTERS_WITH_NOTEBOOKS)
 def test_no_code_block_scrolls_sideways(narrow, name):
     """In the narrowest desktop layout no code cell, printed output or shown package source is
-    wider than its block. Chapters with long lines listed in tests/book/chapter_debts.py are expected
-    to fail until their lines are shortened."""
+    wider than its block."""
     page = narrow(name)
     wide = page.evaluate(
         """() => [...document.querySelectorAll('article pre')]
@@ -116,10 +114,6 @@ def test_no_code_block_scrolls_sideways(narrow, name):
             .map(pre => pre.textContent.split('\\n')
                 .reduce((a, b) => (b.length > a.length ? b : a), '').slice(0, 70))"""
     )
-    entry = "chapters/" + name.removesuffix(".html").split("/")[-1]
-    if wide and DEBTS.get("code-width", {}).get(entry):
-        pytest.xfail(f"{entry}: {len(wide)} code blocks scroll sideways; its long lines are listed in "
-                     "tests/book/chapter_debts.py")
     assert not wide, f"{name}: code blocks that scroll sideways at 1200 px, their longest lines: {wide}"
 
 
