@@ -39,6 +39,13 @@ MODULE_TAUGHT_IN = {
     "attnbook.tasks.induction": "chapters/12_induction_heads",
 }
 
+# Names of those modules that are taught after the rest of their module: the trainers of later
+# chapters' tasks, which live with the book's one training loop.
+LATER_IN = {
+    ("attnbook.train", "train_repeat"): "chapters/08_multi_head_attention",
+    ("attnbook.train", "train_induction"): "chapters/12_induction_heads",
+}
+
 # Every public name of the other modules: where it is introduced (None: no chapter teaches it, so
 # no chapter may use it).
 TAUGHT_IN = {
@@ -85,7 +92,6 @@ TAUGHT_IN = {
     "DecoderBlock": "chapters/08c_cross_attention",
     "repeat_batch": "chapters/08_multi_head_attention",
     "repeat_loss": "chapters/08_multi_head_attention",
-    "train_repeat": "chapters/08_multi_head_attention",
     "evaluate_repeat": None,
     # attnbook.tiled, attnbook.kv_cache: tiles and caches are the subject of chapter 9
     "tiled_attention": "chapters/09_attention_at_scale",
@@ -141,14 +147,12 @@ def _module_names() -> dict[str, list[str]]:
 def taught_in(name: str, module: str | None) -> str | None | bool:
     """Where ``name`` (of ``module``, when known) is taught: a _toc.yml entry, ANYWHERE, None (never),
     or False when the map does not know it."""
-    if module is None:
+    if module is None or module == "attnbook":  # at the package's top, a re-export of a module's name
         module = public_names().get(name)
+    if (module, name) in LATER_IN:
+        return LATER_IN[module, name]
     if module in MODULE_TAUGHT_IN:
         return MODULE_TAUGHT_IN[module]
-    if module == "attnbook":  # a re-export at the package's top: the name is defined in a module
-        module = public_names().get(name)
-        if module in MODULE_TAUGHT_IN:
-            return MODULE_TAUGHT_IN[module]
     return TAUGHT_IN.get(name, False)
 
 
@@ -218,6 +222,7 @@ def test_the_map_names_every_public_name():
     assert not missing, f"public names that TAUGHT_IN does not place (decide where each is taught): {missing}"
     assert not stale, f"TAUGHT_IN names what the package no longer has: {stale}"
     assert set(MODULE_TAUGHT_IN) <= set(names), sorted(set(MODULE_TAUGHT_IN) - set(names))
+    assert all(name in names.get(module, ()) for module, name in LATER_IN), LATER_IN
     chapters = set(ENTRIES)
     for where in [*TAUGHT_IN.values(), *MODULE_TAUGHT_IN.values()]:
         assert where in chapters or where in (ANYWHERE, None), f"{where!r} is not a _toc.yml entry"
