@@ -197,16 +197,16 @@ $(LAB_VENV)/.installed: requirements.txt pyproject.toml
 lab-venv: $(LAB_VENV)/.installed
 
 lab: $(LAB_VENV)/.installed
-	PYTHONPATH=src/bookbuild $(LAB_PY) -m runnable lab --dir $(LAB_DIR) -- $(LAB_ARGS)
+	$(LAB_PY) -m bookbuild.runnable lab --dir $(LAB_DIR) -- $(LAB_ARGS)
 
 lab-source: venv
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 chapters
 
 runnable: venv
-	PYTHONPATH=src/bookbuild $(PY) -m runnable build
+	$(PY) -m bookbuild.runnable build
 
 runnable-filled: venv
-	PYTHONPATH=src/bookbuild $(PY) -m runnable fill --out $(FILLED)
+	$(PY) -m bookbuild.runnable fill --out $(FILLED)
 
 # NB=name.ipynb (or several) runs only those filled copies.
 nbval-runnable: runnable-filled lab-venv

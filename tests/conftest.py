@@ -6,16 +6,11 @@ slow first call (torch warms up lazily).
 
 from __future__ import annotations
 
-import pathlib
-import sys
 from contextlib import contextmanager
 
 import pytest
 import torch
 from hypothesis import settings
-
-# The build-time code (the runnable edition's builder) is not installed: tests import it from the tree.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "src" / "bookbuild"))
 
 # Tests use tiny tensors and run two pytest workers on two cores: one thread each avoids
 # oversubscription, which makes small ops many times slower.

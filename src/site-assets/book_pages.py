@@ -25,13 +25,11 @@ an error in the browser. Each page gets every script once.
 from __future__ import annotations
 
 import os
-import sys
 import re
 
 from docutils import nodes
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bookbuild"))
-from runnable.book import chapter_number  # the runnable edition numbers figures the same way
+from bookbuild.runnable.book import chapter_number  # the runnable edition numbers figures the same way
 
 CHECK_FIRST_LINE = re.compile(r"^\s*#\s*Check\b")
 

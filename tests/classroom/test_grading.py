@@ -1302,7 +1302,7 @@ def test_exercises_are_registered_in_the_book_order_with_named_parts():
     import json
     import re
 
-    from attnbook_classroom.course import toc_chapters
+    from bookbuild.notebooks import toc_chapters
 
     checked_in: dict[str, set[int]] = {}
     for index, chapter in enumerate(toc_chapters()):

@@ -714,7 +714,8 @@ def test_every_chapters_solutions_pass_every_test_in_the_sandbox():
     """Each chapter's exercise notebook, answered with its own solutions (hidden tests in), graded
     as a class's would be: every test cell passes and no cell fails. (An exercise that blocks a
     name another exercise's experiment needs, or a solution too slow for the cell limit, fails here.)"""
-    from attnbook_classroom.course.notebooks import exercise_notebook, toc_chapters
+    from attnbook_classroom.course.notebooks import exercise_notebook
+    from bookbuild.notebooks import toc_chapters
 
     chapters = toc_chapters()
     subs = [Submission(exercise_notebook(chapter), secret=SECRET, student="solver", assignment=chapter.stem)

@@ -20,8 +20,8 @@ import sys
 import nbformat
 import pytest
 
-from attnbook_classroom.course import (build_assignments, export_csv, grade, graded_cells, student_exercise_cells,
-                                       toc_chapters)
+from attnbook_classroom.course import build_assignments, export_csv, grade, graded_cells
+from bookbuild.notebooks import student_exercise_cells, toc_chapters
 from attnbook_classroom.course.folder import api
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
