@@ -259,13 +259,16 @@ def _mentions(nb, name: str) -> bool:
     return False
 
 
-@pytest.mark.parametrize("name", sorted(n for n, w in TAUGHT_IN.items() if w))
+MAPPED = {**{n: w for n, w in TAUGHT_IN.items() if w}, **{n: w for (_, n), w in LATER_IN.items()}}
+
+
+@pytest.mark.parametrize("name", sorted(MAPPED))
 def test_the_chapter_the_map_names_shows_the_name(name):
     """The introducing chapter uses the name in its code, shows its source or names it."""
-    nb = notebook_or_none(TAUGHT_IN[name])
+    nb = notebook_or_none(MAPPED[name])
     if nb is None:
-        pytest.skip(f"{TAUGHT_IN[name]} is not a notebook yet")
-    assert _mentions(nb, name), f"{TAUGHT_IN[name]} is mapped as where {name} is taught, but never shows it"
+        pytest.skip(f"{MAPPED[name]} is not a notebook yet")
+    assert _mentions(nb, name), f"{MAPPED[name]} is mapped as where {name} is taught, but never shows it"
 
 
 def test_used_names_finds_every_form_of_use():
