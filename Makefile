@@ -118,7 +118,7 @@ serve: venv
 	@echo "Serving the book at http://127.0.0.1:$(PORT)/ (Ctrl-C to stop)"
 	$(PY) -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
 
-# Not part of `make test`: a full run takes a few minutes (tests/test_bench.py runs --smoke).
+# Not part of `make test`: a full run takes a few minutes (tests/tools/test_bench.py runs --smoke).
 # THP_MEM_ALLOC_ENABLE=1 lets PyTorch back large tensors with 2 MiB pages (fewer page faults).
 bench: venv
 	THP_MEM_ALLOC_ENABLE=1 $(PY) -m attnbook_tools.bench --threads 2
@@ -152,12 +152,13 @@ test: system-packages venv
 	[ $$runnable -eq 0 ] && [ $$site_ok -eq 0 ]
 	@echo "make test: all parts passed"
 
-# The system packages `make test` needs, checked before anything is made: bubblewrap (the grading
-# sandbox), Chromium (the browser tests; CHROMIUM=... for another path) and npm (the website's
-# offline MathJax and widgets). One message names whatever is missing and how to install it.
+# The system packages `make test` needs, checked before anything is made: bubblewrap and libseccomp2
+# (the grading sandbox and its system call filter), Chromium (the browser tests; CHROMIUM=... for
+# another path) and npm (the website's offline MathJax and widgets). One message names whatever is missing and how to install it.
 system-packages:
 	@missing=""; \
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	/sbin/ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 ' || missing="$$missing libseccomp2"; \
 	[ -x "$${CHROMIUM:-/usr/bin/chromium}" ] || missing="$$missing chromium"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	[ -z "$$missing" ] || { echo "make test needs these system packages, missing here:$$missing."; \
@@ -199,16 +200,16 @@ $(LAB_VENV)/.installed: requirements.txt pyproject.toml
 lab-venv: $(LAB_VENV)/.installed
 
 lab: $(LAB_VENV)/.installed
-	PYTHONPATH=src/bookbuild $(LAB_PY) -m runnable lab --dir $(LAB_DIR) -- $(LAB_ARGS)
+	$(LAB_PY) -m bookbuild.runnable lab --dir $(LAB_DIR) -- $(LAB_ARGS)
 
 lab-source: venv
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 chapters
 
 runnable: venv
-	PYTHONPATH=src/bookbuild $(PY) -m runnable build
+	$(PY) -m bookbuild.runnable build
 
 runnable-filled: venv
-	PYTHONPATH=src/bookbuild $(PY) -m runnable fill --out $(FILLED)
+	$(PY) -m bookbuild.runnable fill --out $(FILLED)
 
 # NB=name.ipynb (or several) runs only those filled copies.
 nbval-runnable: runnable-filled lab-venv

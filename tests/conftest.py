@@ -6,16 +6,11 @@ slow first call (torch warms up lazily).
 
 from __future__ import annotations
 
-import pathlib
-import sys
 from contextlib import contextmanager
 
 import pytest
 import torch
 from hypothesis import settings
-
-# The build-time code (the runnable edition's builder) is not installed: tests import it from the tree.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "src" / "bookbuild"))
 
 # Tests use tiny tensors and run two pytest workers on two cores: one thread each avoids
 # oversubscription, which makes small ops many times slower.
@@ -31,9 +26,9 @@ settings.load_profile("book")
 # Only the order changes; which tests run does not. Only tests without a module-scoped fixture are
 # moved (a module's tests handed out in turn would set its fixture up on both workers).
 LONGEST_FIRST = (
-    "tests/test_nbgrader.py::test_classroom_workflow_with_nbgrader",
-    "tests/test_nbgrader.py::test_every_chapter_releases_its_exercise_notebook",
-    "tests/test_nbval_meaning.py::test_outputs_are_stored_and_checked_under_the_profile",
+    "tests/classroom/test_nbgrader.py::test_classroom_workflow_with_nbgrader",
+    "tests/classroom/test_nbgrader.py::test_every_chapter_releases_its_exercise_notebook",
+    "tests/book/test_nbval_meaning.py::test_outputs_are_stored_and_checked_under_the_profile",
 )
 
 

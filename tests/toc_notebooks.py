@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from attnbook_classroom.course import toc_chapters, toc_files as _toc_files
+from bookbuild.notebooks import toc_chapters, toc_files as _toc_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

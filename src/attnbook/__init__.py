@@ -19,7 +19,7 @@ Reading map (chapter: module, what it holds)
     7    Masking ........................... masks                  causal_mask, combine_masks, build_mask
     8    Multi-head attention .............. functional, multihead  split_heads, merge_heads,
                                                                     CausalSelfAttention
-                                             tasks.repeat           the repeat task, train_repeat
+                                             tasks.repeat, train    the repeat task, train_repeat
     8b   The Transformer block ............. block                  TransformerBlock, DecoderBlock
                                              models.transformer     TinyTransformer
     8c   Cross-attention ................... models.encoder_decoder EncoderDecoder, next_token
@@ -30,8 +30,8 @@ Reading map (chapter: module, what it holds)
     11   Grouped-query, sliding windows .... multihead              CausalSelfAttention's num_kv_heads and window
                                              masks, kv_cache        causal_mask(window=W), the rolling KVCache
     12   Induction heads ................... models.attention_only  AttentionOnlyTransformer (heads knocked out)
-                                             tasks.induction        the induction task, head scores,
-                                                                    train_induction
+                                             tasks.induction        the induction task, head scores
+                                             train                  train_induction
 
 Shape letters used in every docstring and comment:
     B batch, H heads, L queries (query length), S keys/values (key length),

@@ -3,9 +3,10 @@
 :func:`train_steps` is the loop every model of the book trains with: draw a batch and compute its
 loss, back-propagate, clip the gradient norm, take an optimizer step. A caller brings its own
 optimizer and a ``batch_loss()`` that samples a batch and returns its loss; :func:`train` is the
-seq2seq chapters' caller (Adam, teacher forcing on fresh reversal batches), and
-:func:`attnbook.tasks.repeat.train_repeat` and :func:`attnbook_tools.dates_model.train_dates` are
-the transformers'. :func:`sequence_loss` is the loss of every sequence-to-sequence model.
+seq2seq chapters' caller (Adam, teacher forcing on fresh reversal batches); :func:`train_repeat`
+(the repeat task, chapter 8), :func:`train_induction` (the induction task, chapter 12) and
+:func:`attnbook_tools.dates_model.train_dates` are the transformers'. The tasks (``attnbook.tasks``)
+hold the data and the scoring; training lives here. :func:`sequence_loss` is the loss of every sequence-to-sequence model.
 
 :func:`evaluate` decodes greedily and measures exact match (the whole output right, EOS
 included) and token accuracy, for each source length.
@@ -29,11 +30,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook import _checks as check
+from attnbook.tasks.induction import copy_loss, induction_batch
+from attnbook.tasks.repeat import repeat_batch, repeat_loss
 from attnbook.tasks.reversal import EOS, PAD, ReversalTask, pad_sequences
 
 __all__ = [
     "train_steps",
     "sequence_loss",
+    "train_repeat",
+    "train_induction",
     "TrainResult",
     "train",
     "predict",
@@ -104,6 +109,57 @@ def sequence_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
     check.that(logits.shape[:2] == tgt_out.shape, "sequence_loss", lambda: f"`logits` (B, L, V) and `tgt_out` "
                f"(B, L) must agree on (B, L); got {tuple(logits.shape)} and {tuple(tgt_out.shape)}")
     return F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)  # (B·L, V) vs (B·L,)
+
+
+def train_repeat(
+    model: nn.Module,
+    *,
+    steps: int = 200,
+    batch_size: int = 32,
+    half_len: int = 12,
+    lr: float = 3e-3,
+    weight_decay: float = 0.01,
+    seed: int = 0,
+) -> list[float]:
+    """Train ``model`` on the repeat problem with AdamW, through :func:`train_steps`; return the
+    loss of every step.
+
+    Shapes:
+        batches of tokens (batch_size, 2 * half_len)
+    """
+    check.positive_int("train_repeat", "half_len", half_len)
+    check.that(2 * half_len <= model.max_len, "train_repeat",
+               lambda: f"2 * half_len = {2 * half_len} exceeds the model's max_len={model.max_len}")
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def batch_loss() -> Tensor:
+        tokens = repeat_batch(batch_size, half_len, model.vocab_size, generator=generator)  # (B, 2N)
+        return repeat_loss(model(tokens), tokens)[0]
+
+    return train_steps(model, optimizer, steps, batch_loss)
+
+
+def train_induction(model: nn.Module, *, steps: int = 2000, batch_size: int = 64, seq_len: int = 48,
+                    segment_len: int = 12, lr: float = 1e-3, weight_decay: float = 0.01,
+                    seed: int = 0) -> list[float]:
+    """Train ``model`` on fresh induction batches with AdamW, through
+    :func:`train_steps`, on the copy loss; return the loss of every step.
+
+    Shapes:
+        batches of tokens (batch_size, seq_len)
+    """
+    check.that(seq_len <= model.max_len, "train_induction",
+               lambda: f"`seq_len`={seq_len} exceeds the model's max_len={model.max_len}")
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def batch_loss() -> Tensor:
+        tokens, first, second = induction_batch(batch_size, seq_len, segment_len, model.vocab_size,
+                                                generator=generator)
+        return copy_loss(model(tokens), tokens, first, second, segment_len)[0]
+
+    return train_steps(model, optimizer, steps, batch_loss)
 
 
 @dataclass

@@ -7,8 +7,8 @@ Train and ship it from the repository root::
 
 It writes ``dates_model.pt`` (configuration and state_dict) and ``dates_results.json`` (test
 accuracy per format, training loss, training time) into ``data/`` and records them in the
-manifest (:mod:`attnbook_tools.datafiles`). With ``--dropout-study`` it runs instead the dropout study
-of :mod:`attnbook_tools.dropout_study`.
+manifest (:mod:`attnbook_tools.datafiles`). The dropout study, which builds on this module, is
+:mod:`attnbook_tools.dropout_study`.
 
 Shapes:
     B batch, S source length, L target length, V vocabulary size.
@@ -157,16 +157,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 gives the same numbers on every machine)")
     parser.add_argument("--out", default=str(DATA_DIR))
-    parser.add_argument("--dropout-study", action="store_true",
-                        help="instead of the book's model, train the dropout study (a small fixed training set)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds of the dropout study")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.dropout_study:
-        from attnbook_tools.dropout_study import run_dropout_study  # the study builds on this module
-
-        run_dropout_study(args.seeds, out=args.out)
-        return
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 

@@ -5,7 +5,7 @@ Dropout earns its place when the training set is small: the same few hundred tra
 again and again. Run it from the repository root (the study's files go into ``data/`` and its
 manifest, :mod:`attnbook_tools.datafiles`)::
 
-    python -m attnbook_tools.dates_model --dropout-study --out data
+    python -m attnbook_tools.dropout_study --out data
 
 It writes ``dates_dropout.json`` (exact match on the training set and on the test set, per
 dropout probability and seed) and ``dates_dropout_p<p>_seed0.pt``.
@@ -16,6 +16,7 @@ Shapes:
 
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
 import statistics
@@ -125,3 +126,25 @@ def load_dropout_results(path: str | pathlib.Path = DATA_DIR / DROPOUT_RESULTS) 
         no tensors
     """
     return load_json_file(path)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The command line: ``python -m attnbook_tools.dropout_study --help``.
+
+    Shapes:
+        no tensors
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m attnbook_tools.dropout_study",
+        description="Train the dropout study's models on a small fixed set of dates; save its checkpoints and results.",
+    )
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 gives the same numbers on every machine)")
+    parser.add_argument("--out", default=str(DATA_DIR))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    run_dropout_study(args.seeds, out=args.out)
+
+
+if __name__ == "__main__":
+    main()

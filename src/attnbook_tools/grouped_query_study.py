@@ -38,7 +38,8 @@ import torch
 
 from attnbook import _checks as check
 from attnbook.models.transformer import TinyTransformer
-from attnbook.tasks.repeat import evaluate_repeat, train_repeat
+from attnbook.tasks.repeat import evaluate_repeat
+from attnbook.train import train_repeat
 from attnbook_tools.datafiles import DATA_DIR, DataFileError, load_json_file, write_results
 
 __all__ = ["RESULTS_FILE", "KV_HEADS", "MODEL", "results_file", "study_model", "train_one", "load_results", "run",

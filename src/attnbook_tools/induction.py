@@ -40,8 +40,8 @@ from attnbook.functional import attention, merge_heads, split_heads
 from attnbook.masks import causal_mask
 from attnbook.models.attention_only import AttentionOnlyTransformer
 from attnbook.multihead import CausalSelfAttention
-from attnbook.tasks.induction import (copy_loss, induction_batch, induction_score, previous_token_score,
-                                      train_induction)
+from attnbook.tasks.induction import copy_loss, induction_batch, induction_score, previous_token_score
+from attnbook.train import train_induction
 from attnbook_tools.datafiles import (
     DATA_DIR, DataFileError, load_checkpoint_file, load_json_file, write_results,
 )

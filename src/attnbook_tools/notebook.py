@@ -11,7 +11,7 @@ rounded in the bound's safe direction, and asserts every value against the print
 
 ``claim(key, holds, detail)`` asserts what a caption, alt text or sentence says, under the glue key
 of the figure or number it is about (``with claims(key):`` does the same for a block of
-assertions). tests/test_claims.py requires one in the cell that glues every captioned figure.
+assertions). tests/book/test_claims.py requires one in the cell that glues every captioned figure.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def glue(name: str, value, display: bool = False, _meta: dict | None = None):
     A figure is stored with :func:`attnbook_tools.plots.figure_report` in the output's metadata
     (``metadata["attnbook"]["figure"]``): its width on the page and what makes it hard to read
     there (text under 8 pt, overlapping labels, series that differ only in hue). Nothing is
-    raised here; tests/test_figures.py fails on a stored report with problems.
+    raised here; tests/book/test_figures.py fails on a stored report with problems.
 
     Shapes:
         no tensors (a 0-d tensor is glued as a number)
@@ -130,7 +130,7 @@ def glue_bound(name: str, values, bound: str, digits: int = 2) -> float:
     ``bound="at least"`` is for "at least x", "no less than x": the smallest, rounded *down*
     (2.756 -> 2.75, never 2.76). Every value is then asserted against the printed number, so the
     sentence holds as the reader reads it. The prose shows it with the same digits,
-    ``{glue:text}`name:.2f```; tests/test_words.py refuses a bound word before a glued number that
+    ``{glue:text}`name:.2f```; tests/book/test_words.py refuses a bound word before a glued number that
     did not come through here. Prefer the measured value itself wherever the sentence is about one
     result: "reached 0.434", not "at most 0.44". Returns the printed number.
 
@@ -157,7 +157,7 @@ def glue_bound(name: str, values, bound: str, digits: int = 2) -> float:
 def claim(key: str, holds, detail: str = "") -> None:
     """Assert one thing the page says, under the key of the figure, table or number it is about.
 
-    ``key`` is the glue key (``"fig-00-temperature"``): tests/test_claims.py finds the claim in
+    ``key`` is the glue key (``"fig-00-temperature"``): tests/book/test_claims.py finds the claim in
     the cell that glues that key. ``holds`` is the checked statement, as strong as the words:
     "each row" is checked per row (``(weights.max(-1).values > 0.9).all()``), "always" on the
     worst case, never on a mean. ``detail`` says what was measured, for the failure message.

@@ -7,7 +7,7 @@ the first of ``chapters/05b_four_scores`` Figure 5b.1 ({numref} references follo
 number them through the whole book, or by toctree position (which the notation page and chapter
 5b would shift).
 
-A check cell (tagged ``hide-input``, first line ``# Check: ...``; see tests/test_cells.py) is folded
+A check cell (tagged ``hide-input``, first line ``# Check: ...``; see tests/book/test_cells.py) is folded
 behind "Show the check" instead of "Show code cell source", unless its metadata names its own prompt.
 
 Every fold is announced by its own prompt: MyST-NB gives the ``<summary>`` of a folded cell the
@@ -25,13 +25,11 @@ an error in the browser. Each page gets every script once.
 from __future__ import annotations
 
 import os
-import sys
 import re
 
 from docutils import nodes
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bookbuild"))
-from runnable.book import chapter_number  # the runnable edition numbers figures the same way
+from bookbuild.runnable.book import chapter_number  # the runnable edition numbers figures the same way
 
 CHECK_FIRST_LINE = re.compile(r"^\s*#\s*Check\b")
 

@@ -2,7 +2,7 @@
 
 The book theme builds the Colab and Binder links, and the ``.ipynb`` download button, from the page's
 own path (``chapters/<name>.ipynb``: the source, with its solutions). For every page that has a
-runnable edition (``chapters/runnable/<name>.ipynb``, made by ``python -m runnable build``)
+runnable edition (``chapters/runnable/<name>.ipynb``, made by ``python -m bookbuild.runnable build``)
 this points the launch links at that file in the repository, and the download button at a copy of
 it served with the site (``_downloads/runnable/<name>.ipynb``). Pages without one are left alone.
 

@@ -35,6 +35,8 @@ PHONE = {"width": 390, "height": 844}  # a phone's screen in CSS pixels (iPhone 
 TIMEOUT_MS = 15_000
 
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "book"))  # test_cells
+sys.path.insert(0, str(ROOT / "tests" / "build"))  # site_fixture
 sys.path.insert(0, str(ROOT / "src" / "site-assets"))
 from controls import control_states, control_views  # noqa: E402
 from toc_notebooks import toc_files  # noqa: E402

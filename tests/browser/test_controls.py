@@ -7,7 +7,7 @@ slider further down the page is scrolled into view first (a click at coordinates
 lands nowhere, and the slider keeps its setting).
 
 The mechanism is tested on a small site built here with the book's own extensions
-(tests/site_fixture.py: a slider and a dropdown, six settings); every control the real chapters
+(tests/build/site_fixture.py: a slider and a dropdown, six settings); every control the real chapters
 store (attnbook_tools.widgets.explore) is then moved on the built book the same way.
 """
 

@@ -4,7 +4,7 @@ the site's.
 
 The narrowest desktop layout is a 1200-pixel window with both sidebars (below that the left
 sidebar folds away and the column grows). There a figure is shown at most
-attnbook_tools.plots.PAGE_FIGURE_WIDTH_PX wide and a code block holds tests/test_cells.SITE_CODE_COLUMNS
+attnbook_tools.plots.PAGE_FIGURE_WIDTH_PX wide and a code block holds tests/book/test_cells.SITE_CODE_COLUMNS
 characters; the figure-legibility and line-length checks use those numbers.
 """
 
@@ -15,7 +15,6 @@ from site_pages import CHAPTERS_WITH_NOTEBOOKS, VIEWPORT, stored_controls, toc_p
 from test_controls import assert_clicks_select_the_nearest_setting, click_sweep
 
 from attnbook_tools.plots import PAGE_FIGURE_WIDTH_PX
-from chapter_debts import DEBTS
 from test_cells import SITE_CODE_COLUMNS
 
 NARROWEST_DESKTOP = {"width": 1200, "height": 900}
@@ -66,7 +65,7 @@ def test_layout_widths_are_those_the_unit_tests_assume(narrow):
         f"figures are shown {measured['figureWidth']} px wide at most, not {PAGE_FIGURE_WIDTH_PX}: "
         "update attnbook_tools.plots.PAGE_FIGURE_WIDTH_PX")
     assert measured["columns"] >= SITE_CODE_COLUMNS, (
-        f"a code block holds {measured['columns']} characters, fewer than tests/test_cells.SITE_CODE_COLUMNS")
+        f"a code block holds {measured['columns']} characters, fewer than tests/book/test_cells.SITE_CODE_COLUMNS")
 
 
 @pytest.mark.parametrize("name", toc_pages())
@@ -105,21 +104,16 @@ def test_wide_maths_scrolls_instead_of_being_cut_off(visit, name):
 @pytest.mark.parametrize("name", CHAPTERS_WITH_NOTEBOOKS)
 def test_no_code_block_scrolls_sideways(narrow, name):
     """In the narrowest desktop layout no code cell, printed output or shown package source is
-    wider than its block. Chapters with long lines listed in tests/chapter_debts.py are expected
-    to fail until their lines are shortened."""
+    wider than its block."""
     page = narrow(name)
     wide = page.evaluate(
         """() => [...document.querySelectorAll('article pre')]
             .filter(pre => pre.offsetParent !== null)
-            .filter(pre => !pre.closest('details:not([open])'))  // folded checks: tests/test_cells.py
+            .filter(pre => !pre.closest('details:not([open])'))  // folded checks: tests/book/test_cells.py
             .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
             .map(pre => pre.textContent.split('\\n')
                 .reduce((a, b) => (b.length > a.length ? b : a), '').slice(0, 70))"""
     )
-    entry = "chapters/" + name.removesuffix(".html").split("/")[-1]
-    if wide and DEBTS.get("code-width", {}).get(entry):
-        pytest.xfail(f"{entry}: {len(wide)} code blocks scroll sideways; its long lines are listed in "
-                     "tests/chapter_debts.py")
     assert not wide, f"{name}: code blocks that scroll sideways at 1200 px, their longest lines: {wide}"
 
 

@@ -7,8 +7,7 @@ at least attnbook_tools.plots.legibility.MIN_PHONE_TEXT_PX. ``smallest_text`` is
 report that attnbook_tools.notebook.glue (and widgets.explore) store with each figure. A figure
 stored before the report measured it only has the desktop guarantee (no text under 8 CSS points,
 10.7 CSS pixels, at its desktop width): it passes when that bound is enough, and is otherwise
-reported, with the bound, until its chapter is executed again. Figures known to fail are listed
-in tests/browser/phone_debts.py, the way tests/chapter_debts.py lists the chapters' other debts.
+reported, with the bound, until its chapter is executed again.
 
 The first screen of every page at both widths is kept in _build/screenshots/ (conftest.py).
 """
@@ -22,10 +21,6 @@ import pytest
 from site_pages import PHONE, VIEWPORT, _read, all_pages, notebook_for, toc_pages
 
 from attnbook_tools.plots.legibility import MIN_PHONE_TEXT_PX, MIN_TEXT_PT, PHONE_FIGURE_WIDTH_PX, shown_text_px
-from chapter_debts import DEBTS, settle
-from phone_debts import PHONE_FIGURE_DEBTS
-
-DEBTS.setdefault("phone-figures", PHONE_FIGURE_DEBTS)
 PAGES = all_pages()
 CHAPTERS = [page for page in toc_pages() if notebook_for(page) is not None]
 CSS_PX_PER_PT = 4 / 3
@@ -208,13 +203,9 @@ def test_figure_text_is_legible_on_a_phone(visit_phone, name):
     """Every figure's smallest text is at least MIN_PHONE_TEXT_PX (8) CSS pixels on a phone."""
     images = visit_phone(name).page.evaluate(IMAGES)
     entry = "chapters/" + name.removesuffix(".html").split("/")[-1]
-    here = lambda outcome: str(outcome).replace("tests/chapter_debts.py", "tests/browser/phone_debts.py")  # noqa: E731
-    try:
-        settle("phone-figures", entry, phone_figure_violations(name, images))
-    except pytest.xfail.Exception as expected:  # a subclass of pytest.fail's: first
-        pytest.xfail(here(expected))
-    except pytest.fail.Exception as failure:
-        pytest.fail(here(failure), pytrace=False)
+    found = phone_figure_violations(name, images)
+    assert not found, "\n".join([f"{entry}: {len(found)} figure(s) not legible on a phone:"]
+                                + [f"  - {message}" for message in found.values()])
 
 
 def test_screenshots_at_both_widths(visit, visit_phone):

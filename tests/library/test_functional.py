@@ -285,25 +285,6 @@ def test_low_precision_large_scores_do_not_overflow(dtype):
     assert_close(out, sdpa(q, k, v))
 
 
-def test_attnbook_attention_is_the_module_and_the_function_lives_in_functional():
-    """`attnbook.attention` is the module holding the Attention module, however it is imported; the
-    function is `attnbook.functional.attention`, and the package does not rebind the name."""
-    import importlib
-    import types
-
-    import attnbook
-    import attnbook.attention as imported
-    import attnbook.functional
-    from attnbook import attention as from_package
-    from attnbook.attention import Attention
-
-    module = importlib.import_module("attnbook.attention")
-    assert imported is from_package is module is attnbook.attention
-    assert isinstance(module, types.ModuleType) and module.Attention is Attention
-    assert "attention" not in module.__all__ and "attention" not in attnbook.__all__
-    assert attnbook.functional.attention is attention and callable(attention)
-
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_masked_softmax_low_precision_fully_masked(dtype):
     scores = (torch.randn(3, 4) * 100).to(dtype).requires_grad_()

@@ -7,7 +7,8 @@ import torch
 
 from attnbook.models.attention_only import AttentionOnlyTransformer
 from attnbook.tasks.induction import (copy_loss, copy_targets, induction_batch, induction_score,
-                                      previous_token_score, train_induction)
+                                      previous_token_score)
+from attnbook.train import train_induction
 
 V, L, N = 13, 20, 5
 

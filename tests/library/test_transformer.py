@@ -7,7 +7,8 @@ import torch
 
 from attnbook.positions import LearnedPositions, sinusoidal_positions
 from attnbook.models.transformer import TinyTransformer
-from attnbook.tasks.repeat import evaluate_repeat, repeat_batch, repeat_loss, train_repeat
+from attnbook.tasks.repeat import evaluate_repeat, repeat_batch, repeat_loss
+from attnbook.train import train_repeat
 
 V, MAX = 11, 20
 

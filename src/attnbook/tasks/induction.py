@@ -9,8 +9,8 @@ for the position whose previous token is the current token, and copies it.
 
 :func:`induction_batch` makes the sequences, :func:`copy_loss` measures the predictions of the
 copied tokens, :func:`previous_token_score` and :func:`induction_score` measure what a head attends
-to, and :func:`train_induction` trains an
-:class:`attnbook.models.attention_only.AttentionOnlyTransformer` through the book's one loop.
+to; :func:`attnbook.train.train_induction` trains a model (e.g.
+:class:`attnbook.models.attention_only.AttentionOnlyTransformer`) on it through the book's one loop.
 
 Shapes:
     B batch, L sequence length, N segment length, V vocabulary size, H heads.
@@ -23,10 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook import _checks as check
-from attnbook.train import train_steps
 
-__all__ = ["induction_batch", "copy_targets", "copy_loss", "previous_token_score", "induction_score",
-           "train_induction"]
+__all__ = ["induction_batch", "copy_targets", "copy_loss", "previous_token_score", "induction_score"]
 
 
 def induction_batch(batch_size: int, seq_len: int = 48, segment_len: int = 12, vocab_size: int = 32, *,
@@ -116,25 +114,3 @@ def induction_score(weights: Tensor, first: Tensor, second: Tensor,
     by_head = weights.permute(0, 2, 3, 1)  # (B, L, L, H)
     on_keys = by_head[rows, queries, keys]  # (B, N-1, H)
     return on_keys.mean(dim=(0, 1))  # (H,)
-
-
-def train_induction(model: nn.Module, *, steps: int = 2000, batch_size: int = 64, seq_len: int = 48,
-                    segment_len: int = 12, lr: float = 1e-3, weight_decay: float = 0.01,
-                    seed: int = 0) -> list[float]:
-    """Train ``model`` on fresh induction batches with AdamW, through
-    :func:`attnbook.train.train_steps`, on the copy loss; return the loss of every step.
-
-    Shapes:
-        batches of tokens (batch_size, seq_len)
-    """
-    check.that(seq_len <= model.max_len, "train_induction",
-               lambda: f"`seq_len`={seq_len} exceeds the model's max_len={model.max_len}")
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-
-    def batch_loss() -> Tensor:
-        tokens, first, second = induction_batch(batch_size, seq_len, segment_len, model.vocab_size,
-                                                generator=generator)
-        return copy_loss(model(tokens), tokens, first, second, segment_len)[0]
-
-    return train_steps(model, optimizer, steps, batch_loss)

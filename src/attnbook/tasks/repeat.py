@@ -1,8 +1,9 @@
 """The repeat task: N random tokens followed by the same N tokens again.
 
 The first half cannot be predicted; the second half can be, perfectly, but only by looking back N
-positions: the task forces an attention head that looks back. :func:`train_repeat` trains a
-:class:`attnbook.models.transformer.TinyTransformer` on it.
+positions: the task forces an attention head that looks back. :func:`attnbook.train.train_repeat`
+trains a model (e.g. :class:`attnbook.models.transformer.TinyTransformer`) on it; :func:`evaluate_repeat`
+scores one.
 
 Shapes:
     B batch, N = half_len, V vocabulary size.
@@ -12,13 +13,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from attnbook import _checks as check
-from attnbook.models.transformer import TinyTransformer
-from attnbook.train import train_steps
 
-__all__ = ["repeat_batch", "repeat_loss", "train_repeat", "evaluate_repeat"]
+__all__ = ["repeat_batch", "repeat_loss", "evaluate_repeat"]
 
 
 def repeat_batch(
@@ -54,38 +53,9 @@ def repeat_loss(logits: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
     return loss, accuracy
 
 
-def train_repeat(
-    model: TinyTransformer,
-    *,
-    steps: int = 200,
-    batch_size: int = 32,
-    half_len: int = 12,
-    lr: float = 3e-3,
-    weight_decay: float = 0.01,
-    seed: int = 0,
-) -> list[float]:
-    """Train ``model`` on the repeat problem with AdamW, through the book's one training loop
-    :func:`attnbook.train.train_steps`; return the loss of every step.
-
-    Shapes:
-        batches of tokens (batch_size, 2 * half_len)
-    """
-    check.positive_int("train_repeat", "half_len", half_len)
-    check.that(2 * half_len <= model.max_len, "train_repeat",
-               lambda: f"2 * half_len = {2 * half_len} exceeds the model's max_len={model.max_len}")
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-
-    def batch_loss() -> Tensor:
-        tokens = repeat_batch(batch_size, half_len, model.vocab_size, generator=generator)  # (B, 2N)
-        return repeat_loss(model(tokens), tokens)[0]
-
-    return train_steps(model, optimizer, steps, batch_loss)
-
-
 @torch.no_grad()
 def evaluate_repeat(
-    model: TinyTransformer, *, num_sequences: int = 1000, half_len: int = 12, seed: int = 1
+    model: nn.Module, *, num_sequences: int = 1000, half_len: int = 12, seed: int = 1
 ) -> tuple[float, float]:
     """Loss and accuracy on the second half of ``num_sequences`` fresh sequences (eval mode).
 

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 
 from attnbook import _checks as check
 
@@ -117,19 +118,17 @@ def checked_ids(where: str, ids: Sequence[int] | Tensor, vocab_size: int) -> lis
 
 
 def pad_sequences(sequences: Sequence[Sequence[int]], pad: int = PAD) -> tuple[Tensor, Tensor]:
-    """Stack sequences of token ids into one right-padded tensor, with their lengths.
+    """Stack sequences of token ids into one right-padded tensor (PyTorch's
+    ``torch.nn.utils.rnn.pad_sequence``), with their lengths.
 
     Shapes:
         B sequences of lengths n_b -> tokens (B, max n_b), lengths (B,)
     """
     check.that(isinstance(sequences, Sequence) and len(sequences) > 0, "pad_sequences",
                lambda: f"`sequences` must be a non-empty list of token-id lists; got {sequences!r:.80}")
-    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)  # (B,)
-    tokens = torch.full((len(sequences), int(lengths.max())), pad, dtype=torch.long)  # (B, S)
-    for row, seq in enumerate(sequences):
-        if len(seq):
-            tokens[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
-    return tokens, lengths
+    rows = [torch.as_tensor(s, dtype=torch.long) for s in sequences]  # B of (n_b,)
+    lengths = torch.tensor([len(row) for row in rows], dtype=torch.long)  # (B,)
+    return pad_sequence(rows, batch_first=True, padding_value=pad), lengths  # (B, max n_b), (B,)
 
 
 class Batch(NamedTuple):

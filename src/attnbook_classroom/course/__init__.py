@@ -17,7 +17,8 @@ nbgrader's formgrader (hand grading), on 127.0.0.1; ``student-env`` makes the st
 on a shared server (:mod:`attnbook_classroom.course.student_env`). See the book's appendix on
 running a class (chapters/appendix_classroom.md).
 
-For the book's other editions, :func:`student_exercise_cells` gives the student form of a
+The chapters are read through the build's readers (:mod:`bookbuild.notebooks`): for the book's
+other editions, :func:`bookbuild.notebooks.student_exercise_cells` gives the student form of a
 chapter's exercises.
 """
 
@@ -26,8 +27,7 @@ chapter's exercises.
 from attnbook_classroom.course.assign import build_assignments
 from attnbook_classroom.course.folder import COURSE_ID, DEFAULT_ROOT
 from attnbook_classroom.course.grade import export_csv, grade
-from attnbook_classroom.course.notebooks import (exercise_notebook, exercise_section, graded_cells, student_exercise_cells,
-                                                 toc_chapters, toc_files)
+from attnbook_classroom.course.notebooks import exercise_notebook, graded_cells
 
 __all__ = ["COURSE_ID", "DEFAULT_ROOT", "build_assignments", "grade", "export_csv", "exercise_notebook",
-           "exercise_section", "student_exercise_cells", "graded_cells", "toc_chapters", "toc_files"]
+           "graded_cells"]

@@ -11,7 +11,8 @@ import nbformat
 
 from attnbook_classroom.course.folder import (COURSE_ID, DEFAULT_ROOT, api, due_dates, ensure_secret, make_private,
                                               private_files, roster, use_venv_bin, write_config)
-from attnbook_classroom.course.notebooks import check_exercise_notebook, exercise_notebook, exercise_section, toc_chapters
+from attnbook_classroom.course.notebooks import check_exercise_notebook, exercise_notebook
+from bookbuild.notebooks import exercise_section, toc_chapters
 
 __all__ = ["build_assignments", "nbgrader_failed", "prepare_exchange"]
 

@@ -17,7 +17,7 @@ size, each handing in every chapter:
 are printed and written to ``ROOT/result.json``. The run fails if a correct submission does not get
 full marks, a wrong or hostile one does, a bloated notebook is graded, or ``grades.csv`` misses a
 row. With ``--record`` the result is also written to ``data/grade_bench.json`` (listed in
-``data/manifest.json``): the measurement the classroom appendix reports, and tests/test_instructors.py
+``data/manifest.json``): the measurement the classroom appendix reports, and tests/classroom/test_instructors.py
 checks that the page says what it holds.
 """
 

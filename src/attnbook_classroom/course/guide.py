@@ -5,7 +5,7 @@ discussion questions, whose model answers go to the instructor and never to a st
 
 The exercises are read from the chapters themselves (each ``### Exercise N: title`` heading and the
 exercise id its test cells check), so the map follows the chapters; what each exercise assesses is
-written here, in :data:`OUTCOMES`. ``tests/test_instructors.py`` requires every exercise id of every
+written here, in :data:`OUTCOMES`. ``tests/classroom/test_instructors.py`` requires every exercise id of every
 chapter to be mapped and the page to show what this module prints.
 
 The discussion questions live in one file, ``chapters/discussion.md``: the website shows each

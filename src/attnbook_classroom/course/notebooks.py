@@ -1,11 +1,11 @@
-"""From a chapter to its exercise notebook, and to the student form of its exercises.
+"""From a chapter to its exercise notebook.
 
 A chapter ends with ``## Exercises`` (the *exercise section*). Its **exercise notebook** is what a
 class receives as an assignment: a title, the chapter's Colab install cell, the chapter's cells
 tagged ``exercise-setup`` (whatever the exercises need from the chapter, never its training
-runs) and the exercise section. :func:`student_exercise_cells` gives the student form of a
-chapter's exercises through nbgrader's own preprocessors: solutions replaced by stubs, hidden
-tests and mark schemes removed, outputs cleared, visible tests kept.
+runs) and the exercise section, its MyST resolved as the runnable edition resolves it. The book's
+notebooks are read through the build's readers (:mod:`bookbuild.notebooks`, :mod:`bookbuild.runnable`):
+the table of contents, the exercise section and its student form, the glued values, the MyST.
 """
 
 from __future__ import annotations
@@ -15,85 +15,29 @@ import functools
 import os
 import pathlib
 import re
-import sys
 
 import nbformat
 
+from bookbuild.notebooks import KERNELSPEC, REPO, clean_cell, exercise_section, glued_values, read_notebook, source_of
 
-__all__ = ["REPO", "toc_files", "toc_chapters", "graded_cells", "exercise_section", "exercise_notebook",
-           "student_exercise_cells", "check_exercise_notebook", "SETUP_TAG"]
+__all__ = ["REPO", "graded_cells", "exercise_notebook", "check_exercise_notebook", "SETUP_TAG"]
 
-REPO = pathlib.Path(__file__).resolve().parents[3]
 SETUP_TAG = "exercise-setup"  # a chapter cell the exercise notebook needs (imports, a shipped result)
-KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
-
-
-def toc_files(toc_path: pathlib.Path = REPO / "_toc.yml") -> list[str]:
-    """Every page of ``_toc.yml`` (the root, then each ``file:``) in reading order, without suffix."""
-    import yaml
-
-    toc = yaml.safe_load(pathlib.Path(toc_path).read_text())
-    files: list[str] = [toc["root"]] if "root" in toc else []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if "file" in node:
-                files.append(node["file"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk({key: value for key, value in toc.items() if key != "root"})
-    return files
-
-
-def toc_chapters(repo: pathlib.Path = REPO) -> list[pathlib.Path]:
-    """The chapter notebooks listed in ``_toc.yml``, in reading order."""
-    return [repo / f"{f}.ipynb" for f in toc_files(repo / "_toc.yml") if (repo / f"{f}.ipynb").exists()]
-
-
-def _read(notebook) -> nbformat.NotebookNode:
-    if isinstance(notebook, (str, os.PathLike)):
-        return nbformat.read(os.fspath(notebook), as_version=4)
-    return copy.deepcopy(notebook)
 
 
 def graded_cells(notebook) -> list[dict]:
     """The nbgrader metadata of every graded or solution cell of a notebook."""
-    return [c["metadata"]["nbgrader"] for c in _read(notebook).cells if "nbgrader" in c.get("metadata", {})]
-
-
-def _source(cell) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-
-
-def exercise_section(notebook) -> list[nbformat.NotebookNode]:
-    """The cells from the chapter's ``## Exercises`` heading to its end (none if it has no section)."""
-    cells = _read(notebook).cells
-    for i, cell in enumerate(cells):
-        if cell.cell_type == "markdown" and _source(cell).lstrip().startswith("## Exercises"):
-            return cells[i:]
-    return []
-
-
-def _clean(cell) -> nbformat.NotebookNode:
-    cell = copy.deepcopy(cell)
-    if cell.cell_type == "code":
-        cell.outputs, cell.execution_count = [], None
-    cell.metadata.pop("execution", None)
-    return cell
+    return [c["metadata"]["nbgrader"] for c in read_notebook(notebook).cells if "nbgrader" in c.get("metadata", {})]
 
 
 def exercise_notebook(chapter) -> nbformat.NotebookNode:
     """The exercise notebook of a chapter, in the instructor's form (solutions and hidden tests in)."""
-    nb = _read(chapter)
+    nb = read_notebook(chapter)
     section = exercise_section(nb)
     if not section:
         raise ValueError(f"{getattr(chapter, 'name', 'the notebook')}: no '## Exercises' section")
-    title = next((_source(c).strip().splitlines()[0].lstrip("# ").strip() for c in nb.cells
-                  if c.cell_type == "markdown" and _source(c).lstrip().startswith("# ")), "this chapter")
+    title = next((source_of(c).strip().splitlines()[0].lstrip("# ").strip() for c in nb.cells
+                  if c.cell_type == "markdown" and source_of(c).lstrip().startswith("# ")), "this chapter")
     intro = nbformat.v4.new_markdown_cell(
         f"# Exercises: {title}\n\n"
         f"These are the exercises of the chapter *{title}* of the attention book. Write each answer in "
@@ -104,16 +48,16 @@ def exercise_notebook(chapter) -> nbformat.NotebookNode:
     intro.id = "exercises-title"  # fixed ids: a notebook made again is the same notebook
     cells = [intro]
     first = nb.cells[0] if nb.cells else None
-    if first is not None and first.cell_type == "code" and "google.colab" in _source(first):
-        cells.append(_clean(first))  # installs the package when the notebook is opened in Colab
+    if first is not None and first.cell_type == "code" and "google.colab" in source_of(first):
+        cells.append(clean_cell(first))  # installs the package when the notebook is opened in Colab
     heading = section[0]
-    cells += [_clean(c) for c in nb.cells[:nb.cells.index(heading)] if SETUP_TAG in c.metadata.get("tags", [])]
-    body = _source(heading).lstrip()[len("## Exercises"):].strip()
+    cells += [clean_cell(c) for c in nb.cells[:nb.cells.index(heading)] if SETUP_TAG in c.metadata.get("tags", [])]
+    body = source_of(heading).lstrip()[len("## Exercises"):].strip()
     if body and "solutions are folded away" not in body:
         about = nbformat.v4.new_markdown_cell(body)  # what the chapter says about its own exercises
         about.id = "exercises-about"
         cells.append(about)
-    cells += [_clean(c) for c in section[1:]]
+    cells += [clean_cell(c) for c in section[1:]]
     if isinstance(chapter, (str, os.PathLike)):
         cells = resolve_myst(cells, nb, pathlib.Path(chapter))
     out = nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": KERNELSPEC,
@@ -126,15 +70,10 @@ ROLE_OR_DIRECTIVE = re.compile(r"\{[A-Za-z][\w:+-]*\}`|^\s*(```+|:::+)\s*\{|^\([
 
 @functools.lru_cache(maxsize=1)
 def _book():
-    """The book's pages and labels, read by the runnable edition's MyST converter, which is
-    build-time code of the repository (src/bookbuild), not installed: the course notebooks are made
-    from a clone of the book, where it is."""
-    folder = REPO / "src" / "bookbuild"
-    if not (folder / "runnable").is_dir():
-        raise RuntimeError(f"{folder} is missing: the course's notebooks are made from a clone of the book")
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-    from runnable.book import Book
+    """The book's pages and labels, read from the clone of the book the course is made from. (The
+    runnable edition's builder, imported here, loads the tooling: kept out of this module's import,
+    which nbgrader's commands make.)"""
+    from bookbuild.runnable.book import Book
 
     return Book(REPO)
 
@@ -145,10 +84,9 @@ def resolve_myst(cells: list, chapter_nb, chapter: pathlib.Path) -> list:
     numbered, pages linked to their runnable notebook in the repository), and each figure an exercise
     refers to put in the notebook, as an image with its caption, before the first cell that refers to
     it."""
-    book = _book()
-    from runnable.edition import glued_values
-    from runnable.myst import ROLE, FigureBlock, MarkdownConverter
+    from bookbuild.runnable.myst import ROLE, FigureBlock, MarkdownConverter
 
+    book = _book()
     docname = book.docname_of(chapter, book.root)
     glued, _ = glued_values(chapter_nb)
 
@@ -214,7 +152,7 @@ def check_exercise_notebook(nb, name: str = "notebook") -> None:
         raise ValueError(f"{name}: grade ids used twice: {duplicated}")
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
-        source = _source(cell)
+        source = source_of(cell)
         if meta.get("solution") and cell.cell_type == "code" and "BEGIN SOLUTION" not in source:
             raise ValueError(f"{name}: solution cell {meta.get('grade_id')} has no ### BEGIN SOLUTION region")
         if meta.get("grade") and not meta.get("solution"):
@@ -224,31 +162,3 @@ def check_exercise_notebook(nb, name: str = "notebook") -> None:
                 parse_test_cell(source, meta["grade_id"])
             except BadTestCell as exc:
                 raise ValueError(f"{name}: {exc}") from None
-
-
-def student_exercise_cells(notebook) -> list[nbformat.NotebookNode]:
-    """The exercises of a chapter as a student gets them, for a notebook of one's own.
-
-    ``notebook`` is a chapter (a path or an ``nbformat`` notebook). Returns its exercise section,
-    ``## Exercises`` heading first, through nbgrader's preprocessors: every solution region replaced
-    by ``raise NotImplementedError()`` (a written answer by *YOUR ANSWER HERE*), hidden tests and
-    mark schemes removed, outputs cleared, locked cells marked read-only; visible tests are kept.
-    Returns [] for a chapter without exercises.
-    """
-    from nbgrader.preprocessors import ClearHiddenTests, ClearMarkScheme, ClearOutput, ClearSolutions, LockCells
-
-    section = exercise_section(notebook)
-    if not section:
-        return []
-    nb = nbformat.v4.new_notebook(cells=[_clean(c) for c in section], metadata={"kernelspec": KERNELSPEC})
-    resources: dict = {}
-    for preprocessor in (LockCells(), ClearSolutions(), ClearHiddenTests(), ClearMarkScheme(), ClearOutput()):
-        nb, resources = preprocessor.preprocess(nb, resources)
-    for cell in nb.cells:
-        cell.metadata.pop("mystnb", None)  # the website's "Show the solution" toggle
-        tags = [t for t in cell.metadata.get("tags", []) if t != "hide-input"]  # nothing left to hide
-        if tags:
-            cell.metadata["tags"] = tags
-        else:
-            cell.metadata.pop("tags", None)
-    return list(nb.cells)

@@ -146,7 +146,7 @@ def make_student_env(prefix: pathlib.Path, python: str = DEFAULT_PYTHON, exchang
             if packages is None:  # built from a copy, so that nothing is written into the clone
                 copy = pathlib.Path(build) / "attnbook"
                 shutil.copytree(source / "src", copy / "src", ignore=shutil.ignore_patterns(
-                    "__pycache__", "*.egg-info", "bookbuild", "site-assets"))
+                    "__pycache__", "*.egg-info", "site-assets"))  # bookbuild: the course reads chapters through it
                 for name in ("pyproject.toml", "README.md"):
                     shutil.copy2(source / name, copy / name)
                 packages = ["--no-build-isolation", f"{copy}[lab,classroom]"]

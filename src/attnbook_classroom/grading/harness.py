@@ -17,7 +17,6 @@ references and the comparison always run here, where the student's code does not
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -105,7 +104,6 @@ class Exercise:
     contract: str
     parts: dict[str, Callable[["Case"], Iterator]] = field(default_factory=dict)
     blocks: tuple[str, ...] = ()
-    chapter: str = ""
     check_blocks: tuple[str, ...] = ()
 
 
@@ -120,9 +118,7 @@ def exercise(exercise_id: str, contract: str, *, blocks: tuple[str, ...] | list[
     experiment), so a function the student writes still cannot call them."""
     if exercise_id in EXERCISES:
         raise ValueError(f"exercise: {exercise_id!r} is registered twice")
-    chapter = sys._getframe(1).f_globals.get("__name__", "").rsplit(".", 1)[-1]
-    ex = Exercise(exercise_id, contract, blocks=tuple(blocks), chapter=chapter,
-                  check_blocks=tuple(check_blocks))
+    ex = Exercise(exercise_id, contract, blocks=tuple(blocks), check_blocks=tuple(check_blocks))
     EXERCISES[exercise_id] = ex
     return ex
 

@@ -154,7 +154,8 @@ def check_available(forbidden: list[str | os.PathLike] = ()) -> None:
             raise SandboxUnavailable(_CHECKED[key])
         return
     if not sys.platform.startswith("linux") or not seccomp.supported():
-        _CHECKED[key] = f"Grading runs student code only on Linux on x86-64 or ARM64. {INSTALL_HINT}"
+        _CHECKED[key] = ("Grading runs student code only on Linux on x86-64 or ARM64, with libseccomp "
+                         f"({seccomp.LIBRARY}; Debian/Ubuntu: `sudo apt-get install libseccomp2`). {INSTALL_HINT}")
         raise SandboxUnavailable(_CHECKED[key])
     args = bwrap_command(forbidden, statement="import attnbook_classroom.grading.wire")
     result = subprocess.run(args, capture_output=True, text=True, timeout=300, env={})

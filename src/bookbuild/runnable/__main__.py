@@ -1,4 +1,4 @@
-"""Command line of the runnable edition; see ``runnable``'s docstring."""
+"""Command line of the runnable edition; see ``bookbuild.runnable``'s docstring."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pathlib
 import subprocess
 import sys
 
-from runnable import __doc__ as DOC
-from runnable.files import (FILLED_DIR, REPO, WORKSPACE_DIR, build_edition, copy_missing, stale_notebooks,
+from bookbuild.runnable import __doc__ as DOC
+from bookbuild.runnable.files import (FILLED_DIR, REPO, WORKSPACE_DIR, build_edition, copy_missing, stale_notebooks,
                     write_filled_copies)
-from runnable.edition import EDITION_DIR
+from bookbuild.runnable.edition import EDITION_DIR
 
 
 # The running times the book states were measured on one thread (chapters/intro.md); with the
@@ -39,7 +39,7 @@ def lab_command(workspace: pathlib.Path, extra: list[str], euid: int | None = No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runnable", description=DOC.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m bookbuild.runnable", description=DOC.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", type=pathlib.Path, default=REPO, help="the book's folder")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -23,7 +23,8 @@ from functools import cached_property
 
 import yaml
 
-from runnable.syntax import EQUATION_LABEL, FENCE_OPEN, HEADING, TARGET, closing_line, directive_options, without_code
+from bookbuild.notebooks import toc_files
+from bookbuild.runnable.syntax import EQUATION_LABEL, FENCE_OPEN, HEADING, TARGET, closing_line, directive_options, without_code
 
 __all__ = ["Book", "RunnableError", "Citation", "markdown_cells", "chapter_number"]
 
@@ -81,8 +82,6 @@ class Book:
     def __post_init__(self):
         self.root = pathlib.Path(self.root).resolve()
         self.config = yaml.safe_load((self.root / "_config.yml").read_text(encoding="utf-8")) or {}
-        from attnbook_classroom.course import toc_files
-
         self.pages = toc_files(self.root / "_toc.yml")
 
     # --- the repository --------------------------------------------------------------------------

@@ -5,7 +5,7 @@ renderer) into its runnable edition:
 
 - the first cell installs the book in Colab, from ``_config.yml``'s ``repository.url`` and branch
   (:func:`install_cell`); the chapter's own Colab cell is left out;
-- every Markdown cell is plain Markdown (:mod:`runnable.myst`): glued numbers written in,
+- every Markdown cell is plain Markdown (:mod:`bookbuild.runnable.myst`): glued numbers written in,
   references resolved, included package code shown, admonitions as block quotes; a chapter that
   cites ends its reading part with its references;
 - each ``{glue:figure}`` becomes a code cell showing the figure (the glued variable, whose stored
@@ -48,15 +48,17 @@ import tokenize
 import nbformat
 
 from attnbook_tools.widgets import is_precomputed_state
-from runnable.book import Book, RunnableError
-from runnable.myst import FigureBlock, MarkdownConverter
+from bookbuild.notebooks import GLUE_PREFIX, exercise_section, glued_values, python_of
+from bookbuild.notebooks import student_exercise_cells as student_section
+from bookbuild.runnable.book import Book, RunnableError
+from bookbuild.runnable.colab import STUDENT_PACKAGES, chapter_packages, install_cell
+from bookbuild.runnable.myst import FigureBlock, MarkdownConverter
 
 __all__ = ["EDITION_DIR", "install_cell", "runnable_notebook", "student_exercise_cells", "glued_values",
            "website_only_output", "exercises_start", "filled_copy", "playground_source", "checks_note",
            "STUDENT_PACKAGES", "chapter_packages"]
 
 EDITION_DIR = "chapters/runnable"  # relative to the book's root; not in the table of contents
-GLUE_PREFIX = "application/papermill.record/"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 # Tags of the website (MyST-NB) and of the runnable edition.
 REMOVE_CELL, REMOVE_INPUT, REMOVE_OUTPUT = "remove-cell", "remove-input", "remove-output"
@@ -68,11 +70,6 @@ SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN 
 # A folded check: tagged hide-input, first line `# Check: ...` (as the website's book_pages finds it).
 CHECK_FIRST_LINE = re.compile(r"^\s*#\s*Check\b")
 PLAYGROUND_IMPORT = "from attnbook_tools.playground import playground_check"
-# Packages some chapters import beyond the library's `book` extra; pyproject.toml's `lab` extra
-# (make lab, Binder) carries them, and a chapter's Colab cell installs the ones it imports, at the
-# versions requirements.txt pins. tests/test_runnable.py keeps this list, the chapters' imports and
-# the `lab` extra in step.
-STUDENT_PACKAGES = ("pytest", "transformers")
 
 
 # --- hooks that other parts of the book decide -------------------------------------------------
@@ -91,11 +88,9 @@ def website_only_output(output: dict) -> bool:
 
 def student_exercise_cells(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The notebook with its exercise section in student form, exactly as the classroom's exercise
-    notebooks have it (:func:`attnbook_classroom.course.student_exercise_cells`: every solution replaced by
+    notebooks have it (:func:`bookbuild.notebooks.student_exercise_cells`: every solution replaced by
     nbgrader's stub, hidden tests removed, visible tests kept, outputs cleared); the tags that fold a
     cell away on the website are dropped too (the student writes in that cell)."""
-    from attnbook_classroom.course import exercise_section
-    from attnbook_classroom.course import student_exercise_cells as course_student_cells
 
     nb = copy.deepcopy(nb)
     nb.metadata.setdefault("kernelspec", dict(KERNELSPEC))
@@ -103,7 +98,7 @@ def student_exercise_cells(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     if not section:
         return nb
     start = len(nb.cells) - len(section)
-    cells = course_student_cells(nb)
+    cells = student_section(nb)
     for cell in cells:
         tags = [t for t in cell.metadata.get("tags", []) if t not in (HIDE_INPUT, HIDE_CELL)]
         if tags:
@@ -114,74 +109,7 @@ def student_exercise_cells(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
-# --- the Colab install cell --------------------------------------------------------------------
-
-
-def _pins(root: pathlib.Path) -> dict[str, str]:
-    """requirements.txt's pins, name -> ``name==version``."""
-    pins, path = {}, pathlib.Path(root) / "requirements.txt"
-    for line in (path.read_text(encoding="utf-8").splitlines() if path.is_file() else []):
-        line = line.split("#", 1)[0].strip()
-        if "==" in line:
-            pins[line.split("==", 1)[0].strip().lower()] = line
-    return pins
-
-
-def chapter_packages(nb: nbformat.NotebookNode) -> list[str]:
-    """The packages of :data:`STUDENT_PACKAGES` that the chapter's code cells import."""
-    imported = set()
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        for node in ast.walk(_python(cell.source)):
-            if isinstance(node, ast.Import):
-                imported |= {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                imported.add(node.module.split(".")[0])
-    return [p for p in STUDENT_PACKAGES if p in imported]
-
-
-def install_cell(book: Book, packages: list[str] = ()) -> nbformat.NotebookNode:
-    """The first cell of every runnable notebook: in Colab it clones the book's repository (the
-    address in ``_config.yml``) and installs its package, with the ``packages`` the chapter imports
-    beyond it (at requirements.txt's pins); elsewhere it checks that the package is importable and
-    says how to install it if not."""
-    folder = "/content/" + book.repository_url.rsplit("/", 1)[-1]
-    pins = _pins(book.root)
-    missing = [p for p in packages if p not in pins]
-    if missing:
-        raise RunnableError(f"requirements.txt pins no version of {', '.join(missing)}, which a chapter imports")
-    torch = pins.get("torch", "torch==?").split("==", 1)[1]
-    more = "".join(f', "{pins[p]}"' for p in packages)
-    more = ("\n    # what this chapter imports besides, at the book's pins\n"
-            f'    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet"{more}],\n'
-            "                   check=True)" if packages else "")
-    source = f'''# In Google Colab, run this cell first: it fetches the book and installs its package.
-# Anywhere else (JupyterLab, Binder, Jupyter) it only checks that the package is installed.
-import sys
-
-if "google.colab" in sys.modules:
-    import os
-    import subprocess
-
-    BOOK = "{folder}"
-    if not os.path.isdir(BOOK):
-        subprocess.run(["git", "clone", "--depth", "1", "--branch", "{book.branch}",
-                        "{book.repository_url}", BOOK], check=True)
-    # the book's package without its dependencies: Colab's own torch, numpy and plotting packages
-    # serve it (its pin, torch=={torch}, would replace Colab's torch)
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "-e", BOOK],
-                   check=True){more}
-    sys.path.insert(0, os.path.join(BOOK, "src"))
-else:
-    try:
-        import attnbook  # noqa: F401
-    except ImportError:
-        raise ImportError("the book's package is not installed: in the book's folder run "
-                          "`pip install -c requirements.txt -e '.[lab]'` (see README.md)") from None'''
-    cell = nbformat.v4.new_code_cell(source, id="install-the-book")
-    cell.metadata["tags"] = ["colab-install"]
-    return cell
+# --- the playground -----------------------------------------------------------------------------
 
 
 def _multiline_strings(source: str) -> bool:
@@ -249,27 +177,9 @@ def _tags(cell) -> list[str]:
     return list(cell.get("metadata", {}).get("tags", []))
 
 
-def glued_values(nb) -> tuple[dict[str, dict], dict[str, int]]:
-    """Every value the notebook glues: name -> MIME bundle (prefix removed), and name -> cell index."""
-    values, where = {}, {}
-    for index, cell in enumerate(nb.cells):
-        for output in cell.get("outputs", []):
-            name = (output.get("metadata") or {}).get("scrapbook", {}).get("name")
-            if name:
-                values[name] = {k.removeprefix(GLUE_PREFIX): v for k, v in output.get("data", {}).items()}
-                where[name] = index
-    return values, where
-
-
-def _python(source: str) -> ast.Module:
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    return ast.parse(TransformerManager().transform_cell(source))
-
-
 def _glued_variable(cell, name: str, docname: str) -> tuple[str, int]:
     """The variable a figure was glued from, ``glue("name", fig)`` -> ("fig", line of the call)."""
-    for node in ast.walk(_python(cell.source)):
+    for node in ast.walk(python_of(cell.source)):
         if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "glue"
                 and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == name):
             if len(node.args) < 2 or not isinstance(node.args[1], ast.Name):
@@ -392,7 +302,7 @@ def _figure(block: FigureBlock, cells: list, glue_cell_at: int | None, glued: di
     glue_cell = cells[glue_cell_at]
     variable, line = _glued_variable(glue_cell, block.name, docname)
     between = [c for c in cells[glue_cell_at + 1:] if c.cell_type == "code"]
-    if _assigns(_python(glue_cell.source), variable, line) or any(_assigns(_python(c.source), variable)
+    if _assigns(python_of(glue_cell.source), variable, line) or any(_assigns(python_of(c.source), variable)
                                                                    for c in between):
         raise RunnableError(f"{docname}: `{variable}` (glued as {block.name!r}) is assigned again "
                             "before the text shows the figure: glue it from a variable of its own")

@@ -7,8 +7,8 @@ import shutil
 
 import nbformat
 
-from runnable.book import Book
-from runnable.edition import EDITION_DIR, filled_copy, runnable_notebook
+from bookbuild.runnable.book import Book
+from bookbuild.runnable.edition import EDITION_DIR, filled_copy, runnable_notebook
 
 __all__ = ["REPO", "FILLED_DIR", "WORKSPACE_DIR", "edition_notebooks", "build_edition", "stale_notebooks",
            "write_filled_copies", "copy_missing"]

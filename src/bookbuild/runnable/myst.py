@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from runnable.book import Book, RunnableError
-from runnable.syntax import EQUATION_LABEL, FENCE_OPEN, PLAIN_FENCE, TARGET, closing_line, directive_options
+from bookbuild.runnable.book import Book, RunnableError
+from bookbuild.runnable.syntax import EQUATION_LABEL, FENCE_OPEN, PLAIN_FENCE, TARGET, closing_line, directive_options
 
 __all__ = ["FigureBlock", "MarkdownConverter", "ROLE", "format_glued_text"]
 

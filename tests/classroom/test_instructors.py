@@ -20,7 +20,7 @@ import pytest
 
 from attnbook_tools.datafiles import verified
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGE = ROOT / "chapters" / "appendix_classroom.md"  # the workflow, the sandbox, the threat model
 GUIDE = ROOT / "chapters" / "instructors.md"  # the teaching guide
 RECORD = ROOT / "data" / "grade_bench.json"

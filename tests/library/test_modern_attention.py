@@ -309,6 +309,7 @@ def hf_layer(family: str, window: int | None = None):
     return transformers, layer, config
 
 
+@pytest.mark.huggingface
 @pytest.mark.parametrize("backend", ["math", "sdpa"])
 @pytest.mark.parametrize("family", ["llama", "mistral"])
 def test_from_llama_equals_hugging_face_prompt_and_cached_decoding(backend, family):
@@ -347,6 +348,7 @@ def test_from_llama_equals_hugging_face_prompt_and_cached_decoding(backend, fami
         assert cache.keys.shape[2] == held == T
 
 
+@pytest.mark.huggingface
 def test_from_llama_copies_qwen2_biases_on_queries_keys_and_values_only():
     transformers = pytest.importorskip("transformers")
     from transformers.masking_utils import causal_mask_function
@@ -370,6 +372,7 @@ def test_from_llama_copies_qwen2_biases_on_queries_keys_and_values_only():
         torch.testing.assert_close(ours(x)[0], expected, rtol=0, atol=1e-12)
 
 
+@pytest.mark.huggingface
 def test_from_llama_refuses_what_it_cannot_copy(raises_naming):
     transformers = pytest.importorskip("transformers")
     from transformers.models.llama.modeling_llama import LlamaAttention

@@ -4,7 +4,7 @@ The chapter page, ``chapters/03_demo``, holds what the book's chapters hold once
 controls: a control made by ``attnbook_tools.widgets.explore`` (a slider and a dropdown, six settings
 stored as images), a stored ipywidgets slider (which needs a kernel, so the site must leave it
 out), a stored progress bar (not a control: it stays), two captioned figures (numbered 3.1
-and 3.2) and a check cell (folded behind "Show the check"). tests/test_site_extensions.py reads
+and 3.2) and a check cell (folded behind "Show the check"). tests/build/test_site_extensions.py reads
 the HTML; tests/browser/test_controls.py moves the control in Chromium.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONTROL_ID = "ctl-demo"
 SLIDER_MODEL = "a" * 32
 PROGRESS_MODEL = "b" * 32

@@ -5,8 +5,6 @@ Each rule below catches one likely drift from that page, in the chapters' markdo
 is allowed in the chapter itself, in the cell's metadata, with its reason:
 
     {"attnbook": {"allow": {"notation:vocab-V": "quotes the original paper's formula"}}}
-
-Today's violations are listed in tests/chapter_debts.py (rule "notation").
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from chapter_debts import rule_test
+from chapter_rules import rule_test
 from test_notebooks import ROOT, allowed
 
 

@@ -9,8 +9,7 @@ reviewed like code: a new public name in a teaching module fails
 :func:`test_the_map_names_every_public_name` until someone decides where it is taught.
 
 A justified exception (a deliberate forward look, explained on the page) is allowed in the cell's
-metadata: ``{"attnbook": {"allow": {"order:KVCache": "reason"}}}``. Today's violations are listed in
-tests/chapter_debts.py (rule "order").
+metadata: ``{"attnbook": {"allow": {"order:KVCache": "reason"}}}``.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import re
 import pytest
 
 import attnbook
-from chapter_debts import rule_test
+from chapter_rules import rule_test
 from test_notation import rule_cells
 from test_notebooks import ENTRIES, allowed, notebook_or_none, parse_cell, public_names
 
@@ -39,6 +38,13 @@ MODULE_TAUGHT_IN = {
     "attnbook.models.attention_only": "chapters/12_induction_heads",
     "attnbook.tasks.induction": "chapters/12_induction_heads",
     "attnbook.linear": "chapters/15_linear_attention",
+}
+
+# Names of those modules that are taught after the rest of their module: the trainers of later
+# chapters' tasks, which live with the book's one training loop.
+LATER_IN = {
+    ("attnbook.train", "train_repeat"): "chapters/08_multi_head_attention",
+    ("attnbook.train", "train_induction"): "chapters/12_induction_heads",
 }
 
 # Every public name of the other modules: where it is introduced (None: no chapter teaches it, so
@@ -87,7 +93,6 @@ TAUGHT_IN = {
     "DecoderBlock": "chapters/08c_cross_attention",
     "repeat_batch": "chapters/08_multi_head_attention",
     "repeat_loss": "chapters/08_multi_head_attention",
-    "train_repeat": "chapters/08_multi_head_attention",
     "evaluate_repeat": None,
     # attnbook.tiled, attnbook.kv_cache: tiles and caches are the subject of chapter 9
     "tiled_attention": "chapters/09_attention_at_scale",
@@ -151,14 +156,12 @@ def _module_names() -> dict[str, list[str]]:
 def taught_in(name: str, module: str | None) -> str | None | bool:
     """Where ``name`` (of ``module``, when known) is taught: a _toc.yml entry, ANYWHERE, None (never),
     or False when the map does not know it."""
-    if module is None:
+    if module is None or module == "attnbook":  # at the package's top, a re-export of a module's name
         module = public_names().get(name)
+    if (module, name) in LATER_IN:
+        return LATER_IN[module, name]
     if module in MODULE_TAUGHT_IN:
         return MODULE_TAUGHT_IN[module]
-    if module == "attnbook":  # a re-export at the package's top: the name is defined in a module
-        module = public_names().get(name)
-        if module in MODULE_TAUGHT_IN:
-            return MODULE_TAUGHT_IN[module]
     return TAUGHT_IN.get(name, False)
 
 
@@ -199,7 +202,7 @@ def order_violations(entry: str, nb) -> dict[str, str]:
             if where == ANYWHERE or allowed(cell, f"order:{name}"):
                 continue
             if where is False:
-                found[name] = f"cell {index} uses {module}.{name}, which tests/test_reading_order.py does not map"
+                found[name] = f"cell {index} uses {module}.{name}, which tests/book/test_reading_order.py does not map"
             elif where is None:
                 found[name] = f"cell {index} uses {module}.{name}, which no chapter teaches"
             elif position.get(where, -1) > position[entry]:
@@ -228,6 +231,7 @@ def test_the_map_names_every_public_name():
     assert not missing, f"public names that TAUGHT_IN does not place (decide where each is taught): {missing}"
     assert not stale, f"TAUGHT_IN names what the package no longer has: {stale}"
     assert set(MODULE_TAUGHT_IN) <= set(names), sorted(set(MODULE_TAUGHT_IN) - set(names))
+    assert all(name in names.get(module, ()) for module, name in LATER_IN), LATER_IN
     chapters = set(ENTRIES)
     for where in [*TAUGHT_IN.values(), *MODULE_TAUGHT_IN.values()]:
         assert where in chapters or where in (ANYWHERE, None), f"{where!r} is not a _toc.yml entry"
@@ -264,13 +268,16 @@ def _mentions(nb, name: str) -> bool:
     return False
 
 
-@pytest.mark.parametrize("name", sorted(n for n, w in TAUGHT_IN.items() if w))
+MAPPED = {**{n: w for n, w in TAUGHT_IN.items() if w}, **{n: w for (_, n), w in LATER_IN.items()}}
+
+
+@pytest.mark.parametrize("name", sorted(MAPPED))
 def test_the_chapter_the_map_names_shows_the_name(name):
     """The introducing chapter uses the name in its code, shows its source or names it."""
-    nb = notebook_or_none(TAUGHT_IN[name])
+    nb = notebook_or_none(MAPPED[name])
     if nb is None:
-        pytest.skip(f"{TAUGHT_IN[name]} is not a notebook yet")
-    assert _mentions(nb, name), f"{TAUGHT_IN[name]} is mapped as where {name} is taught, but never shows it"
+        pytest.skip(f"{MAPPED[name]} is not a notebook yet")
+    assert _mentions(nb, name), f"{MAPPED[name]} is mapped as where {name} is taught, but never shows it"
 
 
 def test_used_names_finds_every_form_of_use():

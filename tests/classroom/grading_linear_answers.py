@@ -1,5 +1,5 @@
-"""Right and wrong answers to chapter 15's exercises, for tests/test_grading.py and
-tests/test_grading_linear.py."""
+"""Right and wrong answers to chapter 15's exercises, for tests/classroom/test_grading.py and
+tests/classroom/test_grading_linear.py."""
 
 from __future__ import annotations
 

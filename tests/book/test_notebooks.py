@@ -345,7 +345,7 @@ def check_figures(entry, nb):
         for output in cell.get("outputs", []):
             images = [m for m in output.get("data", {}) if _is_image(m)]
             if not images or output.get("metadata", {}).get("attnbook", {}).get("control"):
-                continue  # a setting of a precomputed control: tests/test_cells.py checks those
+                continue  # a setting of a precomputed control: tests/book/test_cells.py checks those
             glued = output.get("metadata", {}).get("scrapbook", {}).get("name")
             if glued is None:
                 problems.append(

@@ -15,7 +15,8 @@ import nbformat
 import pytest
 
 from attnbook_classroom.course.folder import config, write_config
-from attnbook_classroom.course.notebooks import exercise_notebook, toc_chapters
+from attnbook_classroom.course.notebooks import exercise_notebook
+from bookbuild.notebooks import toc_chapters
 from attnbook_classroom.course.plugins import FeedbackExporter
 from attnbook_classroom.course.sanitize import AS_TEXT_NOTE, renders_safely, safe_markdown, sanitize_notebook
 

@@ -22,7 +22,7 @@ from attnbook_classroom.grading.sandbox import Sandbox, SandboxUnavailable, bwra
 from attnbook_classroom.grading.submission import Submission, BadTestCell, grade_in_sandbox, parse_test_cell
 
 SECRET = bytes(range(32))
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def notebook(cells: list[str], tests: dict[str, str]) -> nbformat.NotebookNode:
@@ -617,6 +617,65 @@ def test_nothing_in_tmp_reaches_the_students_next_notebook(stash_run):
     assert not test["passed"] and "FileNotFoundError" in test["messages"][0], test
 
 
+# The kernel's numbers of the system calls the sandbox refuses (Linux's asm/unistd_64.h for x86-64,
+# asm-generic/unistd.h for ARM64, which has no fork or vfork), written out here so that the test
+# does not take them from libseccomp, which builds the filter from the names.
+KERNEL_NUMBERS = {
+    "x86_64": {"fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "ptrace": 101,
+               "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_open": 434, "pidfd_getfd": 438,
+               "kcmp": 312, "shmget": 29, "shmat": 30, "msgget": 68, "semget": 64, "mq_open": 240,
+               "memfd_create": 319, "memfd_secret": 447, "io_uring_setup": 425, "userfaultfd": 323,
+               "add_key": 248, "request_key": 249, "keyctl": 250, "bpf": 321, "perf_event_open": 298,
+               "unshare": 272, "setns": 308, "mount": 165, "clone": 56, "clone3": 435},
+    "aarch64": {"execve": 221, "execveat": 281, "ptrace": 117, "process_vm_readv": 270,
+                "process_vm_writev": 271, "pidfd_open": 434, "pidfd_getfd": 438, "kcmp": 272,
+                "shmget": 194, "shmat": 196, "msgget": 186, "semget": 190, "mq_open": 180,
+                "memfd_create": 279, "memfd_secret": 447, "io_uring_setup": 425, "userfaultfd": 282,
+                "add_key": 217, "request_key": 218, "keyctl": 219, "bpf": 280, "perf_event_open": 241,
+                "unshare": 97, "setns": 268, "mount": 40, "clone": 220, "clone3": 435},
+}
+
+# Run in the sandbox, after the filter: each refused call by its number, all arguments zero (unrefused,
+# fork and unshare(0) would succeed, execve(NULL) fail with EFAULT); a clone of a process (flags
+# SIGCHLD); clone3; on x86-64 getpid through the x32 calling convention; then a thread, which must run.
+REFUSALS = """import ctypes, errno, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *args):
+    ctypes.set_errno(0)
+    result = libc.syscall(nr, *args, *[0] * (6 - len(args)))
+    return f"{{result}} {{errno.errorcode.get(ctypes.get_errno(), 'no error')}}"
+numbers = {numbers!r}
+wrong = [(name, call(nr)) for name, nr in numbers.items() if name not in ("clone", "clone3")]
+wrong = [(name, seen) for name, seen in wrong if seen != "-1 EPERM"]
+ran = []
+thread = threading.Thread(target=lambda: ran.append(1))
+thread.start()
+thread.join()
+status = [line.split()[1] for line in open('/proc/self/status') if line.startswith('Seccomp:')]
+raise RuntimeError(f"not refused {{wrong}}; clone of a process {{call(numbers['clone'], 17)}}; "
+                   f"clone3 {{call(numbers['clone3'])}}; x32 {{call(0x40000000 | 39) if {x86!r} else '-1 EPERM'}}; "
+                   f"thread ran {{bool(ran)}}; seccomp mode {{status}}")
+"""
+
+
+def test_each_refused_system_call_is_refused_in_the_sandbox():
+    """Every system call of the filter's list, called by the kernel's number in the real sandbox, fails
+    with EPERM; so do a clone that makes a process and a call of another calling convention; clone3
+    answers ENOSYS; a thread still starts."""
+    from attnbook_classroom.grading.seccomp import DENIED
+    import platform
+
+    machine = platform.machine()
+    if machine not in KERNEL_NUMBERS:
+        pytest.skip(f"no table of the kernel's system call numbers for {machine} here")
+    numbers = KERNEL_NUMBERS[machine]
+    assert set(DENIED) - set(numbers) <= {"fork", "vfork"} and set(numbers) - set(DENIED) == {"clone", "clone3"}
+    nb = notebook([REFUSALS.format(numbers=numbers, x86=machine == "x86_64")], {})
+    (verdicts,) = grade_in_sandbox([submission(nb, cell_limit=30.0, total_limit=60.0)])
+    assert verdicts.cells[0] == ("RuntimeError: not refused []; clone of a process -1 EPERM; clone3 -1 ENOSYS; "
+                                 "x32 -1 EPERM; thread ran True; seccomp mode ['2']"), verdicts.cells[0]
+
+
 def test_hidden_checks_are_seeded_per_student():
     nb = notebook(["def f(L, S):\n    pass"], {"t": 'check("causal_mask", f, part="square")\n'
                                                     '### BEGIN HIDDEN TESTS\ncheck("causal_mask", f, '
@@ -655,7 +714,8 @@ def test_every_chapters_solutions_pass_every_test_in_the_sandbox():
     """Each chapter's exercise notebook, answered with its own solutions (hidden tests in), graded
     as a class's would be: every test cell passes and no cell fails. (An exercise that blocks a
     name another exercise's experiment needs, or a solution too slow for the cell limit, fails here.)"""
-    from attnbook_classroom.course.notebooks import exercise_notebook, toc_chapters
+    from attnbook_classroom.course.notebooks import exercise_notebook
+    from bookbuild.notebooks import toc_chapters
 
     chapters = toc_chapters()
     subs = [Submission(exercise_notebook(chapter), secret=SECRET, student="solver", assignment=chapter.stem)

@@ -14,8 +14,6 @@
   which stores its settings for the website; ipywidgets' own ``interact`` and control widgets need
   a kernel, and the website leaves them out. ``mask_editor`` is the one live-only control (its
   states cannot be precomputed): the chapter shows its static twin as a figure.
-
-Today's violations are listed in tests/chapter_debts.py (rules "checks", "code-width", "controls").
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ import re
 import nbformat
 import pytest
 
-from chapter_debts import rule_test
+from chapter_rules import rule_test
 from test_claims import _call_name, is_check
 from test_notebooks import allowed, first_line, is_nbgrader, parse_cell, tags
 from test_reading_order import shown_objects

@@ -5,7 +5,7 @@ the output's metadata (``metadata["attnbook"]["figure"]``, see ``attnbook_tools.
 ``attnbook_tools.widgets.explore`` does the same for each precomputed setting of a control. A chapter
 passes when every stored figure has that report and the report lists no problem: no text under
 8 pt once the figure is scaled to the column, no overlapping labels, no two series that differ
-only in hue. Today's violations are listed in tests/chapter_debts.py (rule "figures").
+only in hue.
 
 The package's plot helpers are checked directly below, on typical and large inputs.
 """
@@ -24,7 +24,7 @@ from attnbook_tools import plots  # noqa: E402
 from attnbook_tools.plots import legibility  # noqa: E402
 from attnbook_tools.notebook import setup  # noqa: E402
 from attnbook_tools.widgets import small_multiples  # noqa: E402
-from chapter_debts import rule_test  # noqa: E402
+from chapter_rules import rule_test  # noqa: E402
 from test_notebooks import _is_image  # noqa: E402
 
 

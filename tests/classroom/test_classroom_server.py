@@ -8,7 +8,7 @@ in place of his notebook, and finally honestly. ``nbgrader collect`` (the course
 refuses every attack, collects the rest privately, takes each submission's time from the file
 system, and keeps a submission when a newer one is refused; bob can read nothing of the course.
 (Links placed in ``submitted/`` by hand, and ``release_feedback`` going on past a student it cannot
-hand back to, are tried in tests/test_nbgrader.py, which grades.)
+hand back to, are tried in tests/classroom/test_nbgrader.py, which grades.)
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import pytest
 from attnbook_classroom.course import build_assignments
 from test_nbgrader import NAME, _solve, tiny_notebook
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SITE = [p for p in sys.path if p.endswith("site-packages")]
 
 

@@ -36,7 +36,7 @@ from attnbook_tools.ablations import AblationBlock  # noqa: E402
 from attnbook.models.transformer import TinyTransformer  # noqa: E402
 
 F64 = torch.float64
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

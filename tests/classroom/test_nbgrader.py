@@ -20,11 +20,11 @@ import sys
 import nbformat
 import pytest
 
-from attnbook_classroom.course import (build_assignments, export_csv, grade, graded_cells, student_exercise_cells,
-                                       toc_chapters)
+from attnbook_classroom.course import build_assignments, export_csv, grade, graded_cells
+from bookbuild.notebooks import student_exercise_cells, toc_chapters
 from attnbook_classroom.course.folder import api
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PY = sys.executable
 ENV = {**os.environ, "PATH": str(pathlib.Path(PY).parent) + os.pathsep + os.environ.get("PATH", ""),
        "OMP_NUM_THREADS": "1"}

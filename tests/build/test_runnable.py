@@ -17,12 +17,11 @@ import re
 import nbformat
 import pytest
 
-from runnable import (EDITION_DIR, Book, RunnableError, copy_missing,
-                               edition_notebooks, exercises_start, filled_copy, runnable_notebook,
-                               stale_notebooks, write_filled_copies)
-from runnable.syntax import without_code
+from bookbuild.runnable import (EDITION_DIR, Book, RunnableError, copy_missing, edition_notebooks, exercises_start,
+                                filled_copy, runnable_notebook, stale_notebooks, write_filled_copies)
+from bookbuild.runnable.syntax import without_code
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 BOOK = Book(ROOT)
 CHAPTERS = BOOK.notebooks()
 IDS = [c.stem for c in CHAPTERS]
@@ -145,7 +144,7 @@ def test_every_cell_before_the_exercises_ran_and_keeps_the_chapters_outputs(chap
 
 
 def _exercises(nb) -> list:
-    from attnbook_classroom.course import exercise_section
+    from bookbuild.notebooks import exercise_section
 
     return exercise_section(nb)
 
@@ -483,7 +482,7 @@ def _checks(nb) -> list:
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
 def test_every_check_runs_its_code_as_a_playground_and_the_notebook_says_so(chapter):
-    from runnable.edition import playground_source
+    from bookbuild.runnable.edition import playground_source
 
     checks = _checks(source(chapter))
     by_id = {c.id: c for c in edition(chapter).cells}
@@ -497,7 +496,7 @@ def test_every_check_runs_its_code_as_a_playground_and_the_notebook_says_so(chap
 
 
 def test_playground_source_keeps_the_code_and_refuses_what_indenting_would_change():
-    from runnable.edition import playground_source
+    from bookbuild.runnable.edition import playground_source
 
     check = "# Check: x is three\n# (and y follows)\nassert x == 3, x\n\ny = x + 1"
     wrapped = playground_source(check)
@@ -517,7 +516,7 @@ def test_a_check_that_a_change_breaks_explains_itself_and_the_notebook_runs_on(m
     """A student asks about another word: the check prints what it expected and what this run gave,
     and the next cell runs; under ATTNBOOK_STRICT_CHECKS=1 (make nbval-runnable) the check fails."""
     from nbclient import NotebookClient
-    from runnable.edition import playground_source
+    from bookbuild.runnable.edition import playground_source
 
     monkeypatch.delenv("ATTNBOOK_STRICT_CHECKS", raising=False)
     check = playground_source('# Check: cat gets the largest weight\ntop = "sat"  # the student asked about another '
@@ -543,7 +542,8 @@ def test_the_student_environment_carries_every_package_a_chapter_imports():
     import sys
     import tomllib
 
-    from runnable.edition import STUDENT_PACKAGES, _python, chapter_packages
+    from bookbuild.notebooks import python_of
+    from bookbuild.runnable.colab import STUDENT_PACKAGES, chapter_packages
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 
@@ -559,7 +559,7 @@ def test_the_student_environment_carries_every_package_a_chapter_imports():
     for chapter in CHAPTERS:
         for cell in edition(chapter).cells:
             if cell.cell_type == "code":
-                for node in ast.walk(_python(cell.source)):
+                for node in ast.walk(python_of(cell.source)):
                     if isinstance(node, ast.Import):
                         imported |= {a.name.split(".")[0] for a in node.names}
                     elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -578,7 +578,7 @@ def test_the_student_environment_carries_every_package_a_chapter_imports():
 
 
 def test_make_lab_allows_root_only_as_root_and_runs_one_thread():
-    from runnable.__main__ import lab_command, lab_environment
+    from bookbuild.runnable.__main__ import lab_command, lab_environment
 
     work = pathlib.Path("/tmp/work")
     assert "--allow-root" in lab_command(work, [], euid=0)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import re
 
-from chapter_debts import rule_test
+from chapter_rules import rule_test
 from test_notebooks import glued_names, parse_cell
 
 _DIRECTIVE = re.compile(r"^\s*(`{3,}|:{3,})\{glue:figure\}\s+(\S+)\s*$")

@@ -31,7 +31,7 @@ from attnbook_classroom.course.student_env import DEFAULT_PYTHON, make_student_e
 from browser.jupyter_serving import free_port, serving
 from test_nbgrader import NAME, tiny_notebook
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 MAKE = ["make", "--no-print-directory", "-C", str(ROOT), "-o", ".venv/.installed"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
 IS_ROOT = os.geteuid() == 0

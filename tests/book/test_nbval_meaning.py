@@ -18,7 +18,7 @@ import pytest
 from nbval_meaning import ToleranceError, compare_text, default_allowed, tolerance_of
 from toc_notebooks import ROOT
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def _tolerance(**declared):

@@ -1,4 +1,4 @@
-"""The book's Sphinx extensions (src/site-assets/) on a small known site (tests/site_fixture.py),
+"""The book's Sphinx extensions (src/site-assets/) on a small known site (tests/build/site_fixture.py),
 and the patch the website's widget manager gets (src/site-assets/vendor.py)."""
 
 from __future__ import annotations
