@@ -66,9 +66,12 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) ->
     Shapes:
         scores (..., S), mask broadcastable to (..., S) -> weights (..., S)
     """
-    check.tensor("masked_softmax", "scores", scores, floating=True)
-    check.dim("masked_softmax", "dim", dim, scores.dim())
-    check.mask("masked_softmax", "mask", mask, scores.shape, scores.dtype, "the `scores` shape")
+    check.softmax_call("masked_softmax", scores, mask, dim)
+    return _masked_softmax(scores, mask, dim)
+
+
+def _masked_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) -> Tensor:
+    """:func:`masked_softmax` for callers that have checked its inputs (:func:`attention`)."""
     blocked = apply_mask(upcast(scores), upcast(mask))  # -inf where blocked
     empty = torch.isneginf(blocked).all(dim, keepdim=True)  # rows with no key to attend to
     weights = torch.softmax(blocked.masked_fill(empty, 0.0), dim)  # the fill keeps 0/0 = NaN out
@@ -127,7 +130,7 @@ def attention(
         L, S, mask=mask, key_mask=key_mask, is_causal=is_causal,
         ndim=scores.dim(), device=q.device,
     )
-    weights = masked_softmax(scores, allowed)  # (..., L, S)
+    weights = _masked_softmax(scores, allowed)  # (..., L, S)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     output = weights @ v  # (..., L, Dv)

@@ -32,7 +32,6 @@ keys and False on padding; PyTorch's ``key_padding_mask`` means the opposite.
 
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F
@@ -339,17 +338,8 @@ class CausalSelfAttention(_MultiHead):
         Shapes:
             x (B, L, E) -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None
         """
-        where = "CausalSelfAttention.forward"
-        check.tensor(where, "x", x, "B, L, E", dtype=self.out_proj.weight.dtype, sizes=[(-1, self.embed_dim, "E")])
-        check.instance(where, "cache", cache, (KVCache, type(None)), "an attnbook.kv_cache.KVCache or None")
-        check.that(cache is None or cache.num_heads == self.num_kv_heads, where, lambda: f"`cache` holds "
-                   f"num_heads={cache.num_heads} heads, not num_kv_heads={self.num_kv_heads} (make it with new_cache)")
-        check.that(cache is None or (cache.window or math.inf) >= (self.window or math.inf), where, lambda: f"`cache` "
-                   f"keeps window={cache.window} positions; queries see window={self.window} (make it with new_cache)")
+        check.causal_call("CausalSelfAttention.forward", self, x, cache, KVCache, need_weights, average_attn_weights)
         L, past = x.shape[1], 0 if cache is None else len(cache)  # past: the position of the first new token
-        check.that(self.max_len is None or past + L <= self.max_len, where,
-                   lambda: f"{past} cached + {L} new = {past + L} positions exceed `max_len`={self.max_len}")
-        check.weights_request(where, self.backend, need_weights, average_attn_weights)
         q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, L, D)
         k = split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
         v = split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
