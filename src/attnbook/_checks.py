@@ -288,7 +288,15 @@ def lengths(where, value, max_len):
 # ----------------------------------------------------------------------------- the inputs of each function
 def attention_call(where, q, k, v, attn_mask, padding, is_causal, scale, dropout_p):
     """An attention function's query (..., L, D), key (..., S, D) and value (..., S, Dv), ``mask``,
-    ``key_mask``, ``is_causal``, ``scale`` and ``dropout_p``."""
+    ``key_mask``, ``is_causal``, ``scale`` and ``dropout_p``. The usual call (three floating tensors
+    of one dtype and one leading shape, no masks, the default scale) passes on a few comparisons."""
+    if (attn_mask is None and padding is None and scale is None and type(is_causal) is bool
+            and type(dropout_p) in (int, float) and 0 <= dropout_p < 1
+            and isinstance(q, Tensor) and isinstance(k, Tensor) and isinstance(v, Tensor)
+            and q.dtype.is_floating_point and q.dtype == k.dtype == v.dtype and min(q.dim(), k.dim(), v.dim()) >= 2
+            and q.shape[:-2] == k.shape[:-2] == v.shape[:-2] and q.shape[-1] == k.shape[-1]
+            and k.shape[-2] == v.shape[-2]):
+        return
     tensors(where, {"query": (q, "..., L, D"), "key": (k, "..., S, D"), "value": (v, "..., S, Dv")})
     lead = _broadcast(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     that(lead is not None, where, lambda: f"the leading dims of `query` {tuple(q.shape)}, `key` {tuple(k.shape)} "
@@ -298,6 +306,12 @@ def attention_call(where, q, k, v, attn_mask, padding, is_causal, scale, dropout
     flag(where, "is_causal", is_causal)
     number(where, "scale", 1.0 if scale is None else scale, "a finite real number or None", math.isfinite)
     probability(where, "dropout_p", dropout_p)
+
+
+def split_heads_call(where, x, num_heads):
+    """A (B, L, E) tensor whose width E ``num_heads`` divides."""
+    tensor(where, "x", x, letters="B, L, E")
+    heads(where, "x", x.shape[-1], num_heads)
 
 
 def softmax_call(where, scores, attn_mask, axis):

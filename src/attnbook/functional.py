@@ -120,6 +120,19 @@ def attention(
     """
     check.attention_call("attention", q, k, v, mask, key_mask,
                          is_causal, scale, dropout_p)
+    return _attention(q, k, v, mask, key_mask=key_mask,
+                      is_causal=is_causal, scale=scale,
+                      dropout_p=dropout_p)
+
+
+def _attention(q, k, v, mask=None, *, key_mask=None,
+               is_causal=False, scale=None, dropout_p=0.0):
+    """:func:`attention` itself, for callers that have checked
+    its arguments (the multi-head modules' readable path).
+
+    Shapes:
+        as :func:`attention`
+    """
     dtype, L, S = q.dtype, q.shape[-2], k.shape[-2]
     # the dtype policy: fp16/bf16 in fp32
     q, k, v, mask = upcast(q), upcast(k), upcast(v), upcast(mask)
@@ -183,8 +196,17 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     Shapes:
         x (B, L, E) -> (B, H, L, D)
     """
-    check.tensor("split_heads", "x", x, letters="B, L, E")
-    check.heads("split_heads", "x", x.shape[-1], num_heads)
+    check.split_heads_call("split_heads", x, num_heads)
+    return _split_heads(x, num_heads)
+
+
+def _split_heads(x: Tensor, num_heads: int) -> Tensor:
+    """:func:`split_heads` itself, for callers that have
+    checked its arguments.
+
+    Shapes:
+        x (B, L, E) -> (B, H, L, D)
+    """
     B, L, E = x.shape
     D = E // num_heads
     return x.view(B, L, num_heads, D).transpose(1, 2)  # (B, H, L, D)
@@ -198,5 +220,15 @@ def merge_heads(x: Tensor) -> Tensor:
         x (B, H, L, D) -> (B, L, E) with E = H * D
     """
     check.tensor("merge_heads", "x", x, letters="B, H, L, D")
+    return _merge_heads(x)
+
+
+def _merge_heads(x: Tensor) -> Tensor:
+    """:func:`merge_heads` itself, for callers that have
+    checked its argument.
+
+    Shapes:
+        x (B, H, L, D) -> (B, L, E) with E = H * D
+    """
     B, H, L, D = x.shape
     return x.transpose(1, 2).reshape(B, L, H * D)  # (B, L, E)

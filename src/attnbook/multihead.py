@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from attnbook import _checks as check
 from attnbook import interop
-from attnbook.functional import _fused_attention, attention, merge_heads, split_heads
+from attnbook.functional import _attention, _fused_attention, _merge_heads, _split_heads, merge_heads, split_heads
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask
 from attnbook.positions import apply_rotary
@@ -137,17 +137,17 @@ class _MultiHead(nn.Module):
             weights = None
         else:
             # the readable path: scores, masked softmax, weighted
-            # sum; with grouped-query heads every query head first
-            # gets its own copy of the key/value head it shares
+            # sum (attention, its inputs checked by forward); with
+            # grouped-query heads every query head first gets its
+            # own copy of the key/value head it shares
             if groups > 1:  # k and v become (B, H, S, D)
                 k = k.repeat_interleave(groups, dim=1)
                 v = v.repeat_interleave(groups, dim=1)
-            out, weights = attention(
+            out, weights = _attention(
                 q, k, v, mask, key_mask=key_mask,
                 is_causal=is_causal, dropout_p=dropout_p,
             )
-        # (B, H, L, D) -> (B, L, E)
-        out = self.out_proj(merge_heads(out))
+        out = self.out_proj(_merge_heads(out))  # (B, L, E)
         if need_weights and average_attn_weights:
             weights = weights.mean(dim=1)  # (B, L, S)
         return out, weights if need_weights else None
@@ -227,9 +227,9 @@ class MultiHeadAttention(_MultiHead):
                              average_attn_weights)
         if mask is not None and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # (B, 1, L, S): one mask per batch element, shared by the heads
-        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, L, D)
-        k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, S, D)
-        v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, S, D)
+        q = _split_heads(self.q_proj(query), self.num_heads)  # (B, H, L, D)
+        k = _split_heads(self.k_proj(key), self.num_heads)  # (B, H, S, D)
+        v = _split_heads(self.v_proj(value), self.num_heads)  # (B, H, S, D)
         return self._attend(q, k, v, mask=mask, key_mask=key_mask, is_causal=is_causal, need_weights=need_weights,
                             average_attn_weights=average_attn_weights)
 
@@ -340,9 +340,9 @@ class CausalSelfAttention(_MultiHead):
         """
         check.causal_call("CausalSelfAttention.forward", self, x, cache, KVCache, need_weights, average_attn_weights)
         L, past = x.shape[1], 0 if cache is None else len(cache)  # past: the position of the first new token
-        q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, L, D)
-        k = split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
-        v = split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
+        q = _split_heads(self.q_proj(x), self.num_heads)  # (B, H, L, D)
+        k = _split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
+        v = _split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
         if self.rotary:
             positions = torch.arange(past, past + L, device=x.device)  # (L,): absolute, after the cached ones
             q, k = apply_rotary(q, positions, self.rotary_base), apply_rotary(k, positions, self.rotary_base)
