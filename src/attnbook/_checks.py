@@ -357,7 +357,14 @@ def multihead_call(where, module, query, key, value, attn_mask, padding, is_caus
 def causal_call(where, module, x, cache, cache_type, need_weights, average):
     """A causal self-attention's x (B, L, E) of its dtype; its ``cache``, None or a ``cache_type``
     made by its ``new_cache`` (its key/value heads, a window at least its own) with room for the L
-    new positions within ``max_len``; flags."""
+    new positions within ``max_len``; flags. The usual call passes on a few comparisons."""
+    past = 0 if cache is None or type(cache) is not cache_type else cache.length
+    if (isinstance(x, Tensor) and x.dim() == 3 and x.shape[-1] == module.embed_dim and need_weights is False
+            and type(average) is bool and (module.max_len is None or past + x.shape[1] <= module.max_len)
+            and (cache is None or type(cache) is cache_type and cache.num_heads == module.num_kv_heads
+                 and (cache.window is None or module.window is not None and cache.window >= module.window))
+            and x.dtype == module.out_proj.weight.dtype):
+        return
     tensor(where, "x", x, "B, L, E", dtype=module.out_proj.weight.dtype, sizes=[(-1, module.embed_dim, "E")])
     if cache is not None:
         instance(where, "cache", cache, cache_type, "an attnbook.kv_cache.KVCache or None")
