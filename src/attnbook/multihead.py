@@ -62,16 +62,9 @@ class _MultiHead(nn.Module):
                  backend: str = "math", device=None, dtype=None) -> None:
         super().__init__()
         kdim, vdim = embed_dim if kdim is None else kdim, embed_dim if vdim is None else vdim
-        check.positive_ints(where, embed_dim=embed_dim, kdim=kdim, vdim=vdim)
-        check.heads(where, "embed_dim", embed_dim, num_heads)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        check.that(check.positive_int(where, "num_kv_heads", num_kv_heads) and num_heads % num_kv_heads == 0, where,
-                   lambda: f"`num_kv_heads`={num_kv_heads} must divide num_heads={num_heads}")
-        check.flags(where, bias=bias)
-        check.probability(where, "dropout", dropout)
-        check.one_of(where, "backend", backend, BACKENDS)
-        check.device(where, "device", device)
-        check.floating_dtype(where, "dtype", dtype)
+        check.multihead_options(where, embed_dim, num_heads, kdim, vdim, num_kv_heads, bias, dropout, backend,
+                                BACKENDS, device, dtype)
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.num_kv_heads, kv_width = num_kv_heads, num_kv_heads * (embed_dim // num_heads)  # H_kv, H_kv * D
         self.kdim, self.vdim, self.dropout, self.backend = kdim, vdim, float(dropout), backend
@@ -301,12 +294,7 @@ class CausalSelfAttention(_MultiHead):
         where = "CausalSelfAttention"
         super().__init__(where, embed_dim, num_heads, num_kv_heads=num_kv_heads, bias=bias, dropout=dropout,
                          backend=backend, device=device, dtype=dtype)
-        check.positive_int(where, "max_len", max_len, optional=True)
-        check.flag(where, "rotary", rotary)
-        check.that(not rotary or self.head_dim % 2 == 0, where, lambda: f"rotary=True needs an even per-head width "
-                   f"D = embed_dim / num_heads (pairs of coordinates turn together); got D={self.head_dim}")
-        check.number(where, "rotary_base", rotary_base, "a number > 1", lambda b: b > 1)
-        check.positive_int(where, "window", window, optional=True)
+        check.causal_options(where, self.head_dim, max_len, rotary, rotary_base, window)
         self.max_len, self.rotary, self.rotary_base, self.window = max_len, rotary, float(rotary_base), window
 
     def extra_repr(self) -> str:
