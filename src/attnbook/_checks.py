@@ -446,6 +446,30 @@ def decoder_call(where, model, tokens, caches, cache_type, need_weights):
          lambda: f"{offset} cached + {tokens.shape[1]} new positions exceed max_len={model.max_len}")
 
 
+def encode_call(where, model, src, padding):
+    """An encoder-decoder's (B, S) source tokens (1 <= S <= max_len) and its padding mask, with at
+    least one real token per source."""
+    token_ids(where, "src", src, model.vocab_size)
+    that(1 <= src.shape[1] <= model.max_len, where,
+         lambda: f"`src` has length {src.shape[1]}; expected 1..max_len={model.max_len}")
+    key_mask(where, padding, (*src.shape, src.shape[1]))
+    that(padding is None or bool(padding.any(dim=-1).all()), where,
+         "`key_mask` has a row that is all False: every source needs a real token")
+
+
+def decode_call(where, model, tgt_in, memory):
+    """An encoder-decoder's (B, L) target tokens (1 <= L <= max_len) and the encoder's output
+    ``memory`` (B, S, E) for the same B."""
+    token_ids(where, "tgt_in", tgt_in, model.vocab_size)
+    that(1 <= tgt_in.shape[1] <= model.max_len, where,
+         lambda: f"`tgt_in` has length {tgt_in.shape[1]}; expected 1..max_len={model.max_len}")
+    tensor(where, "memory", memory, letters="B, S, E", floating=True)
+    that(memory.shape[-1] == model.embed_dim, where, lambda: f"`memory` must be the encoder's output "
+         f"(B, S, E={model.embed_dim}); got {tuple(memory.shape)}")
+    that(len(memory) == len(tgt_in), where, lambda: f"`tgt_in` and `memory` must have the same batch "
+         f"size B; got {tuple(tgt_in.shape)} and {tuple(memory.shape)}")
+
+
 def generate_call(where, model, prompt, num_new_tokens, use_cache, return_logits):
     """A causal model's (B, L0) ``prompt`` of at least one token, ``num_new_tokens`` >= 0 that fit in
     its ``max_len``, and two flags."""
