@@ -28,11 +28,11 @@ What is measured (fp32, CPU, ``--threads`` threads, default 2):
   attention, the cache's bytes and the time per token; and the cached step against recomputing
   the whole sequence for that token (the book aims at 10 times or more).
 
-Times come from ``torch.utils.benchmark.Timer``, whose clock synchronises the accelerator (so a
-GPU's queued kernels are timed, not their launches): in each of several rounds (the repeats in ``FULL`` and ``SMOKE``)
-every competing function is measured in turn, by ``blocked_autorange`` for a fast one and by one
-timed call for one slower than ``min_run_time``, and each function's time is the median of its
-rounds. A burst of load from another process thus slows all competitors alike; the load average
+Times come from :func:`attnbook_tools.measure.timed_medians`, on ``torch.utils.benchmark.Timer``,
+whose clock synchronises the accelerator (a GPU's queued kernels are timed, not their launches): in
+each of several rounds (the repeats in ``FULL`` and ``SMOKE``) every competing function is measured
+in turn, by ``blocked_autorange`` for a fast one and by one timed call for one slower than
+``min_run_time``, and each function's time is the median of its rounds. A burst of load from another process thus slows all competitors alike; the load average
 before and after is recorded with the results.
 
 Shapes:
