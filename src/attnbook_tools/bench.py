@@ -32,8 +32,9 @@ Times come from :func:`attnbook_tools.measure.timed_medians`, on ``torch.utils.b
 whose clock synchronises the accelerator (a GPU's queued kernels are timed, not their launches): in
 each of several rounds (the repeats in ``FULL`` and ``SMOKE``) every competing function is measured
 in turn, by ``blocked_autorange`` for a fast one and by one timed call for one slower than
-``min_run_time``, and each function's time is the median of its rounds. A burst of load from another process thus slows all competitors alike; the load average
-before and after is recorded with the results.
+``min_run_time``, and each function's time is the median of its rounds. A burst of load from
+another process thus slows all competitors alike; the load average before and after is recorded
+with the results.
 
 Shapes:
     B batch, H heads, L queries, S keys/values, E model width, D = E / H per-head width.
