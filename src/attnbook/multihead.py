@@ -12,11 +12,12 @@ Both modules compute the same four steps:
 
 :class:`MultiHeadAttention` computes what ``torch.nn.MultiheadAttention`` computes (batch-first,
 with the book's masks); :meth:`MultiHeadAttention.from_torch` and :meth:`MultiHeadAttention.to_torch`
-copy the weights across. :class:`CausalSelfAttention` is a decoder's self-attention: queries, keys
-and values from one sequence, the causal mask aligned to the bottom right, and an optional
-:class:`~attnbook.kv_cache.KVCache` for decoding one token at a time through the same forward. Its
-options are today's models' (grouped-query heads, rotary positions, a sliding window), and
-:meth:`CausalSelfAttention.from_llama` copies a Hugging Face Llama attention layer.
+copy the weights across (their code is in :mod:`attnbook.interop`). :class:`CausalSelfAttention` is
+a decoder's self-attention: queries, keys and values from one sequence, the causal mask aligned to
+the bottom right, and an optional :class:`~attnbook.kv_cache.KVCache` for decoding one token at a
+time through the same forward. Its options are today's models' (grouped-query heads, rotary
+positions, a sliding window), and :meth:`CausalSelfAttention.from_llama` copies a Hugging Face Llama
+attention layer.
 
 Shapes:
     B batch, H heads, L queries, S keys/values, E model width, D = E / H per-head width.
@@ -31,14 +32,14 @@ keys and False on padding; PyTorch's ``key_padding_mask`` means the opposite.
 
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook import _checks as check
-from attnbook.functional import _fused_attention, attention, merge_heads, split_heads
+from attnbook import interop
+from attnbook.functional import _attention, _fused_attention, _merge_heads, _split_heads, merge_heads, split_heads
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask
 from attnbook.positions import apply_rotary
@@ -56,20 +57,14 @@ class _MultiHead(nn.Module):
     and ``v_proj`` give H_kv · D columns, and key/value head g serves query heads g·H/H_kv ..
     (g+1)·H/H_kv - 1."""
 
-    def __init__(self, where: str, embed_dim: int, num_heads: int, kdim: int | None, vdim: int | None,
-                 bias: bool, dropout: float, backend: str, device, dtype, num_kv_heads: int | None = None) -> None:
+    def __init__(self, where: str, embed_dim: int, num_heads: int, *, kdim: int | None = None,
+                 vdim: int | None = None, num_kv_heads: int | None = None, bias: bool = True, dropout: float = 0.0,
+                 backend: str = "math", device=None, dtype=None) -> None:
         super().__init__()
         kdim, vdim = embed_dim if kdim is None else kdim, embed_dim if vdim is None else vdim
-        check.positive_ints(where, embed_dim=embed_dim, kdim=kdim, vdim=vdim)
-        check.heads(where, "embed_dim", embed_dim, num_heads)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        check.that(check.positive_int(where, "num_kv_heads", num_kv_heads) and num_heads % num_kv_heads == 0, where,
-                   lambda: f"`num_kv_heads`={num_kv_heads} must divide num_heads={num_heads}")
-        check.flags(where, bias=bias)
-        check.probability(where, "dropout", dropout)
-        check.one_of(where, "backend", backend, BACKENDS)
-        check.device(where, "device", device)
-        check.floating_dtype(where, "dtype", dtype)
+        check.multihead_options(where, embed_dim, num_heads, kdim, vdim, num_kv_heads, bias, dropout, backend,
+                                BACKENDS, device, dtype)
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.num_kv_heads, kv_width = num_kv_heads, num_kv_heads * (embed_dim // num_heads)  # H_kv, H_kv * D
         self.kdim, self.vdim, self.dropout, self.backend = kdim, vdim, float(dropout), backend
@@ -135,17 +130,17 @@ class _MultiHead(nn.Module):
             weights = None
         else:
             # the readable path: scores, masked softmax, weighted
-            # sum; with grouped-query heads every query head first
-            # gets its own copy of the key/value head it shares
+            # sum (attention, its inputs checked by forward); with
+            # grouped-query heads every query head first gets its
+            # own copy of the key/value head it shares
             if groups > 1:  # k and v become (B, H, S, D)
                 k = k.repeat_interleave(groups, dim=1)
                 v = v.repeat_interleave(groups, dim=1)
-            out, weights = attention(
+            out, weights = _attention(
                 q, k, v, mask, key_mask=key_mask,
                 is_causal=is_causal, dropout_p=dropout_p,
             )
-        # (B, H, L, D) -> (B, L, E)
-        out = self.out_proj(merge_heads(out))
+        out = self.out_proj(_merge_heads(out))  # (B, L, E)
         if need_weights and average_attn_weights:
             weights = weights.mean(dim=1)  # (B, L, S)
         return out, weights if need_weights else None
@@ -184,8 +179,8 @@ class MultiHeadAttention(_MultiHead):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__("MultiHeadAttention", embed_dim, num_heads, kdim, vdim, bias, dropout, backend,
-                         device, dtype)
+        super().__init__("MultiHeadAttention", embed_dim, num_heads, kdim=kdim, vdim=vdim, bias=bias,
+                         dropout=dropout, backend=backend, device=device, dtype=dtype)
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kdim={self.kdim}, "
@@ -225,67 +220,20 @@ class MultiHeadAttention(_MultiHead):
                              average_attn_weights)
         if mask is not None and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # (B, 1, L, S): one mask per batch element, shared by the heads
-        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, L, D)
-        k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, S, D)
-        v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, S, D)
+        q = _split_heads(self.q_proj(query), self.num_heads)  # (B, H, L, D)
+        k = _split_heads(self.k_proj(key), self.num_heads)  # (B, H, S, D)
+        v = _split_heads(self.v_proj(value), self.num_heads)  # (B, H, S, D)
         return self._attend(q, k, v, mask=mask, key_mask=key_mask, is_causal=is_causal, need_weights=need_weights,
                             average_attn_weights=average_attn_weights)
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention, *, backend: str = "math") -> MultiHeadAttention:
-        """A new module holding a copy of the weights (same dtype and device) of ``module``.
-
-        ``module`` keeps its input projections in one (3E, E) ``in_proj_weight`` when kdim = vdim = E,
-        and in ``q_proj_weight``, ``k_proj_weight`` and ``v_proj_weight`` otherwise; either way
-        they are copied into ``q_proj``, ``k_proj`` and ``v_proj``. The copy is batch-first whatever
-        ``module.batch_first`` says. ``add_bias_kv`` and ``add_zero_attn`` are not supported.
-
-        Shapes:
-            in_proj_weight (3E, E) -> q_proj.weight, k_proj.weight, v_proj.weight (E, E) each;
-            in_proj_bias (3E,) -> three biases (E,)
-        """
-        where = "MultiHeadAttention.from_torch"
-        check.instance(where, "module", module, nn.MultiheadAttention, "a torch.nn.MultiheadAttention")
-        check.that(module.bias_k is None and not module.add_zero_attn, where,
-                   "`module` uses add_bias_kv or add_zero_attn, which this module lacks")
-        w = module.out_proj.weight
-        new = cls(module.embed_dim, module.num_heads, kdim=module.kdim, vdim=module.vdim, dropout=module.dropout,
-                  bias=module.in_proj_bias is not None, backend=backend, device=w.device, dtype=w.dtype)
-        if module.in_proj_weight is not None:
-            weights = module.in_proj_weight.chunk(3)  # (E, E) each: rows of q, then k, then v
-        else:
-            weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)  # (E, E), (E, Ek), (E, Ev)
-        biases = (None,) * 3 if module.in_proj_bias is None else module.in_proj_bias.chunk(3)  # (E,) each
-        with torch.no_grad():
-            for proj, weight, bias in zip((new.q_proj, new.k_proj, new.v_proj), weights, biases):
-                proj.weight.copy_(weight)
-                if bias is not None:
-                    proj.bias.copy_(bias)
-        new.out_proj.load_state_dict(module.out_proj.state_dict())
-        return new.train(module.training)
+        """A new module holding a copy of the weights of ``module`` (:func:`attnbook.interop.from_torch`)."""
+        return interop.from_torch(cls, module, backend=backend)
 
     def to_torch(self) -> nn.MultiheadAttention:
-        """A ``torch.nn.MultiheadAttention(batch_first=True)`` holding a copy of these weights (same
-        dtype and device); the inverse of :meth:`from_torch`.
-
-        Shapes:
-            q_proj.weight, k_proj.weight, v_proj.weight (E, E) each -> in_proj_weight (3E, E)
-            (separate q/k/v_proj_weight when kdim or vdim differ from E); biases -> in_proj_bias (3E,)
-        """
-        w, projections = self.out_proj.weight, (self.q_proj, self.k_proj, self.v_proj)
-        module = nn.MultiheadAttention(self.embed_dim, self.num_heads, dropout=self.dropout, kdim=self.kdim,
-                                       vdim=self.vdim, bias=self.out_proj.bias is not None, batch_first=True,
-                                       device=w.device, dtype=w.dtype)
-        with torch.no_grad():
-            if module.in_proj_weight is not None:
-                module.in_proj_weight.copy_(torch.cat([p.weight for p in projections]))  # (3E, E)
-            else:
-                for name, proj in zip("qkv", projections):
-                    getattr(module, f"{name}_proj_weight").copy_(proj.weight)
-            if module.in_proj_bias is not None:
-                module.in_proj_bias.copy_(torch.cat([p.bias for p in projections]))  # (3E,)
-        module.out_proj.load_state_dict(self.out_proj.state_dict())
-        return module.train(self.training)
+        """A ``torch.nn.MultiheadAttention`` with a copy of these weights (:func:`attnbook.interop.to_torch`)."""
+        return interop.to_torch(self)
 
 
 class CausalSelfAttention(_MultiHead):
@@ -344,13 +292,9 @@ class CausalSelfAttention(_MultiHead):
         dtype: torch.dtype | None = None,
     ) -> None:
         where = "CausalSelfAttention"
-        super().__init__(where, embed_dim, num_heads, None, None, bias, dropout, backend, device, dtype, num_kv_heads)
-        check.positive_int(where, "max_len", max_len, optional=True)
-        check.flag(where, "rotary", rotary)
-        check.that(not rotary or self.head_dim % 2 == 0, where, lambda: f"rotary=True needs an even per-head width "
-                   f"D = embed_dim / num_heads (pairs of coordinates turn together); got D={self.head_dim}")
-        check.number(where, "rotary_base", rotary_base, "a number > 1", lambda b: b > 1)
-        check.positive_int(where, "window", window, optional=True)
+        super().__init__(where, embed_dim, num_heads, num_kv_heads=num_kv_heads, bias=bias, dropout=dropout,
+                         backend=backend, device=device, dtype=dtype)
+        check.causal_options(where, self.head_dim, max_len, rotary, rotary_base, window)
         self.max_len, self.rotary, self.rotary_base, self.window = max_len, rotary, float(rotary_base), window
 
     def extra_repr(self) -> str:
@@ -382,20 +326,11 @@ class CausalSelfAttention(_MultiHead):
         Shapes:
             x (B, L, E) -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None
         """
-        where = "CausalSelfAttention.forward"
-        check.tensor(where, "x", x, "B, L, E", dtype=self.out_proj.weight.dtype, sizes=[(-1, self.embed_dim, "E")])
-        check.instance(where, "cache", cache, (KVCache, type(None)), "an attnbook.kv_cache.KVCache or None")
-        check.that(cache is None or cache.num_heads == self.num_kv_heads, where, lambda: f"`cache` holds "
-                   f"num_heads={cache.num_heads} heads, not num_kv_heads={self.num_kv_heads} (make it with new_cache)")
-        check.that(cache is None or (cache.window or math.inf) >= (self.window or math.inf), where, lambda: f"`cache` "
-                   f"keeps window={cache.window} positions; queries see window={self.window} (make it with new_cache)")
+        check.causal_call("CausalSelfAttention.forward", self, x, cache, KVCache, need_weights, average_attn_weights)
         L, past = x.shape[1], 0 if cache is None else len(cache)  # past: the position of the first new token
-        check.that(self.max_len is None or past + L <= self.max_len, where,
-                   lambda: f"{past} cached + {L} new = {past + L} positions exceed `max_len`={self.max_len}")
-        check.weights_request(where, self.backend, need_weights, average_attn_weights)
-        q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, L, D)
-        k = split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
-        v = split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
+        q = _split_heads(self.q_proj(x), self.num_heads)  # (B, H, L, D)
+        k = _split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
+        v = _split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
         if self.rotary:
             positions = torch.arange(past, past + L, device=x.device)  # (L,): absolute, after the cached ones
             q, k = apply_rotary(q, positions, self.rotary_base), apply_rotary(k, positions, self.rotary_base)
@@ -408,38 +343,6 @@ class CausalSelfAttention(_MultiHead):
 
     @classmethod
     def from_llama(cls, layer: nn.Module, backend: str = "math", window: int | None = None) -> CausalSelfAttention:
-        """A new module (``rotary=True``) holding a copy of the weights of a Hugging Face
-        ``LlamaAttention`` layer (or a layer of the same form: Mistral's, Qwen2's), same dtype
-        and device. A projection without a bias gets a zero one when the others have biases
-        (Qwen2's ``o_proj``).
-
-        ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj`` are copied into ``q_proj``, ``k_proj``,
-        ``v_proj`` and ``out_proj``; the heads, the key/value heads and the rotation's base
-        (``rope_theta``) come from the layer's config. Pass the sliding ``window`` yourself
-        (Mistral's ``config.sliding_window``): Hugging Face applies it through the mask it builds.
-
-        Shapes:
-            q_proj.weight (H·D, E), k_proj.weight and v_proj.weight (H_kv·D, E), o_proj.weight (E, H·D)
-        """
-        where = "CausalSelfAttention.from_llama"
-        parts = ("q_proj", "k_proj", "v_proj", "o_proj")
-        check.that(all(isinstance(getattr(layer, p, None), nn.Linear) for p in parts) and hasattr(layer, "config"),
-                   where, lambda: f"`layer` must be a LlamaAttention; got {check.described(layer)}", TypeError)
-        config = layer.config
-        rope = getattr(config, "rope_parameters", None) or {"rope_type": "default", "rope_theta": config.rope_theta}
-        check.that(rope.get("rope_type", "default") == "default", where, lambda: f"`layer` uses the rotary scaling "
-                   f"{rope.get('rope_type')!r}; only the plain rotation (rope_type 'default') is copied")
-        E, H, H_kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
-        check.that(layer.head_dim * H == E, where, lambda: f"`layer` has head_dim={layer.head_dim} and {H} heads, "
-                   f"{layer.head_dim * H} columns, not hidden_size={E}; this module needs D = E / H")
-        w, theirs = layer.o_proj.weight, [getattr(layer, p) for p in parts]
-        bias = any(proj.bias is not None for proj in theirs)  # Qwen2: biases on q, k, v but not o
-        new = cls(E, H, num_kv_heads=H_kv, bias=bias, dropout=getattr(config, "attention_dropout", 0.0),
-                  backend=backend, rotary=True, rotary_base=rope["rope_theta"], window=window, device=w.device,
-                  dtype=w.dtype)
-        with torch.no_grad():
-            for ours, proj in zip((new.q_proj, new.k_proj, new.v_proj, new.out_proj), theirs):
-                ours.weight.copy_(proj.weight)
-                if ours.bias is not None:  # a layer without a bias adds zero
-                    ours.bias.copy_(proj.bias) if proj.bias is not None else ours.bias.zero_()
-        return new.train(layer.training)
+        """A new module holding a copy of a Hugging Face ``LlamaAttention`` layer's weights
+        (:func:`attnbook.interop.from_llama`)."""
+        return interop.from_llama(cls, layer, backend=backend, window=window)

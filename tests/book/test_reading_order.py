@@ -38,6 +38,7 @@ MODULE_TAUGHT_IN = {
     "attnbook.models.attention_only": "chapters/12_induction_heads",
     "attnbook.tasks.induction": "chapters/12_induction_heads",
     "attnbook.linear": "chapters/15_linear_attention",
+    "attnbook.interop": "chapters/08_multi_head_attention",  # the copies behind from_torch, from_llama
 }
 
 # Names of those modules that are taught after the rest of their module: the trainers of later
