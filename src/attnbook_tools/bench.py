@@ -59,6 +59,7 @@ from torch import nn
 from attnbook import _checks
 from attnbook.functional import attention, fused_attention, split_heads
 from attnbook.tiled import tiled_attention
+from attnbook_tools.bench_linear import bench_linear, format_rows
 from attnbook_tools.bench_report import TARGETS, format_table, ratios
 from attnbook_tools.measure import peak_memory_bytes, timed_medians
 
@@ -393,6 +394,7 @@ def run(sizes: Sizes, *, threads: int) -> dict:
     results["tiled"] = bench_tiled(sizes)
     results["kv_cache"] = bench_kv_cache(sizes)
     results["decode_step"] = bench_decode_step(sizes)
+    results["linear"] = bench_linear(smoke=sizes is SMOKE)  # chapter 15's rows
     results["ratios"] = ratios(results)
     results["wall_seconds"] = time.perf_counter() - start
     if hasattr(os, "getloadavg"):
@@ -419,6 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(format_table(results))
+    print(format_rows(results["linear"]))
     print(f"\n{'smoke run' if args.smoke else 'full run'} in {results['wall_seconds']:.1f} s; "
           f"results written to {args.out}")
     return 0
