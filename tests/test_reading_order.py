@@ -74,6 +74,8 @@ TAUGHT_IN = {
     "sinusoidal_positions": "chapters/06_queries_keys_values",
     "LearnedPositions": "chapters/06_queries_keys_values",
     "apply_rotary": "chapters/10_rotary_positions",
+    "rope_frequencies": "chapters/13_positions_at_length",
+    "interleaved_to_half": "chapters/13_positions_at_length",
     # attnbook.multihead: heads are the subject of chapter 8
     "MultiHeadAttention": "chapters/08_multi_head_attention",
     "split_heads": "chapters/08_multi_head_attention",
