@@ -43,7 +43,7 @@ from attnbook import interop
 from attnbook.functional import _fused_attention, attention, merge_heads, split_heads
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask
-from attnbook.positions import apply_rotary
+from attnbook.positions import apply_rotary, rope_frequencies
 
 __all__ = ["MultiHeadAttention", "CausalSelfAttention", "split_heads", "merge_heads"]
 
@@ -60,11 +60,13 @@ class _MultiHead(nn.Module):
 
     def __init__(self, where: str, embed_dim: int, num_heads: int, *, kdim: int | None = None,
                  vdim: int | None = None, num_kv_heads: int | None = None, bias: bool = True, dropout: float = 0.0,
-                 backend: str = "math", device=None, dtype=None) -> None:
+                 backend: str = "math", device=None, dtype=None, head_dim: int | None = None) -> None:
         super().__init__()
         kdim, vdim = embed_dim if kdim is None else kdim, embed_dim if vdim is None else vdim
         check.positive_ints(where, embed_dim=embed_dim, kdim=kdim, vdim=vdim)
-        check.heads(where, "embed_dim", embed_dim, num_heads)
+        if head_dim is None:
+            check.heads(where, "embed_dim", embed_dim, num_heads)
+        check.positive_ints(where, num_heads=num_heads, head_dim=head_dim or embed_dim // num_heads)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         check.that(check.positive_int(where, "num_kv_heads", num_kv_heads) and num_heads % num_kv_heads == 0, where,
                    lambda: f"`num_kv_heads`={num_kv_heads} must divide num_heads={num_heads}")
@@ -73,14 +75,16 @@ class _MultiHead(nn.Module):
         check.one_of(where, "backend", backend, BACKENDS)
         check.device(where, "device", device)
         check.floating_dtype(where, "dtype", dtype)
-        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
-        self.num_kv_heads, kv_width = num_kv_heads, num_kv_heads * (embed_dim // num_heads)  # H_kv, H_kv * D
+        D = head_dim or embed_dim // num_heads  # E / H unless given (Qwen3, Gemma 3: D·H != E)
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, D
+        self.num_kv_heads, kv_width = num_kv_heads, num_kv_heads * D  # H_kv, H_kv * D
         self.kdim, self.vdim, self.dropout, self.backend = kdim, vdim, float(dropout), backend
+        self.scale = 1.0 / math.sqrt(D)  # multiplies the scores
         factory = {"bias": bias, "device": device, "dtype": dtype}
-        self.q_proj = nn.Linear(embed_dim, embed_dim, **factory)  # weight (E, E)
+        self.q_proj = nn.Linear(embed_dim, num_heads * D, **factory)  # weight (H * D, E)
         self.k_proj = nn.Linear(kdim, kv_width, **factory)  # weight (H_kv * D, Ek)
         self.v_proj = nn.Linear(vdim, kv_width, **factory)  # weight (H_kv * D, Ev)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, **factory)  # weight (E, E)
+        self.out_proj = nn.Linear(num_heads * D, embed_dim, **factory)  # weight (E, H * D)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -107,6 +111,7 @@ class _MultiHead(nn.Module):
         is_causal: bool,
         need_weights: bool,
         average_attn_weights: bool,
+        gate: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attention in every head, the heads merged, and the output
         projection.
@@ -133,7 +138,7 @@ class _MultiHead(nn.Module):
             out = _fused_attention(
                 q, k, v, mask, key_mask=key_mask,
                 is_causal=is_causal, dropout_p=dropout_p,
-                enable_gqa=groups > 1,
+                enable_gqa=groups > 1, scale=self.scale,
             )
             weights = None
         else:
@@ -146,9 +151,12 @@ class _MultiHead(nn.Module):
             out, weights = attention(
                 q, k, v, mask, key_mask=key_mask,
                 is_causal=is_causal, dropout_p=dropout_p,
+                scale=self.scale,
             )
-        # (B, H, L, D) -> (B, L, E)
-        out = self.out_proj(merge_heads(out))
+        out = merge_heads(out)  # (B, H, L, D) -> (B, L, H·D)
+        if gate is not None:  # Qwen3-Next: each head's output, coordinate by coordinate, times sigmoid(gate)
+            out = out * torch.sigmoid(gate)  # (B, L, H·D)
+        out = self.out_proj(out)  # (B, L, E)
         if need_weights and average_attn_weights:
             weights = weights.mean(dim=1)  # (B, L, S)
         return out, weights if need_weights else None
@@ -266,6 +274,19 @@ class CausalSelfAttention(_MultiHead):
       (:func:`attnbook.masks.causal_mask` with ``window``), and :meth:`new_cache` makes a rolling
       cache that keeps only the last W keys and values.
 
+    And those of the models of 2025-26 (chapter 14), each off by default:
+
+    * ``qk_norm`` (Qwen3, Gemma 3): an RMSNorm over each head's D coordinates of the queries and
+      of the keys (``q_norm``, ``k_norm``, weights shared by the heads), before the rotation: a
+      score can no longer grow with the size of the vectors, only with their angle and the norms'
+      weights.
+    * ``gate`` (Qwen3-Next): ``gate_proj`` (E -> H·D) gives every head's output, coordinate by
+      coordinate, a gate ``sigmoid(gate_proj(x))`` before the output projection.
+    * ``head_dim`` D other than E / H; ``scale`` other than 1 / sqrt(D) (Gemma 3's
+      ``query_pre_attn_scalar``); ``rotary_dim`` < D, a rotation of the first coordinates only
+      (Qwen3-Next); ``rotary_scaling``, a Hugging Face rope-parameters dict
+      (:func:`attnbook.positions.rope_frequencies`: linear, YaRN, Llama 3.1); ``rotary_layout``.
+
     Args:
         embed_dim: E.
         num_heads: H; must divide ``embed_dim``.
@@ -277,6 +298,7 @@ class CausalSelfAttention(_MultiHead):
         rotary: rotate queries and keys by their positions; D must be even.
         rotary_base: the rotation's base (Llama's ``rope_theta``).
         window: W >= 1, the sliding window, or None: every earlier position.
+        head_dim, scale, qk_norm, norm_eps, gate, rotary_dim, rotary_scaling, rotary_layout: as above.
 
     Shapes:
         forward: x (B, L, E) -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None,
@@ -296,24 +318,47 @@ class CausalSelfAttention(_MultiHead):
         rotary: bool = False,
         rotary_base: float = 10000.0,
         window: int | None = None,
+        head_dim: int | None = None,
+        scale: float | None = None,
+        qk_norm: bool = False,
+        norm_eps: float = 1e-6,
+        gate: bool = False,
+        rotary_dim: int | None = None,
+        rotary_scaling: dict | None = None,
+        rotary_layout: str = "half",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         where = "CausalSelfAttention"
         super().__init__(where, embed_dim, num_heads, num_kv_heads=num_kv_heads, bias=bias, dropout=dropout,
-                         backend=backend, device=device, dtype=dtype)
+                         backend=backend, device=device, dtype=dtype, head_dim=head_dim)
         check.positive_int(where, "max_len", max_len, optional=True)
-        check.flag(where, "rotary", rotary)
-        check.that(not rotary or self.head_dim % 2 == 0, where, lambda: f"rotary=True needs an even per-head width "
-                   f"D = embed_dim / num_heads (pairs of coordinates turn together); got D={self.head_dim}")
+        check.flags(where, rotary=rotary, qk_norm=qk_norm, gate=gate)
+        rotary_dim = self.head_dim if rotary_dim is None else rotary_dim
+        check.that(not rotary or (isinstance(rotary_dim, int) and 0 < rotary_dim <= self.head_dim
+                                  and rotary_dim % 2 == 0), where, lambda: f"rotary=True needs an even "
+                   f"`rotary_dim` in 2..D={self.head_dim} (pairs of coordinates turn together); got {rotary_dim}")
         check.number(where, "rotary_base", rotary_base, "a number > 1", lambda b: b > 1)
+        check.one_of(where, "rotary_layout", rotary_layout, ("half", "interleaved"))
         check.positive_int(where, "window", window, optional=True)
+        check.number(where, "scale", 1.0 if scale is None else scale, "a number > 0", lambda s: s > 0)
         self.max_len, self.rotary, self.rotary_base, self.window = max_len, rotary, float(rotary_base), window
+        self.rotary_dim, self.rotary_layout, self.qk_norm = rotary_dim, rotary_layout, qk_norm
+        self.scale = self.scale if scale is None else float(scale)
+        inv_freq, self.attention_factor = rope_frequencies(rotary_dim, rotary_base, rotary_scaling) if rotary else (
+            None, 1.0)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (R/2,) float64, or None
+        factory = {"device": device, "dtype": dtype}
+        if qk_norm:
+            self.q_norm = nn.RMSNorm(self.head_dim, eps=norm_eps, **factory)  # weight (D,)
+            self.k_norm = nn.RMSNorm(self.head_dim, eps=norm_eps, **factory)  # weight (D,)
+        self.gate_proj = nn.Linear(embed_dim, num_heads * self.head_dim, bias=bias, **factory) if gate else None
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
                 f"dropout={self.dropout}, backend={self.backend!r}, max_len={self.max_len}, rotary={self.rotary}, "
-                f"window={self.window}")
+                f"window={self.window}, head_dim={self.head_dim}, qk_norm={self.qk_norm}, "
+                f"gate={self.gate_proj is not None}")
 
     def new_cache(self, batch_size: int, max_len: int) -> KVCache:
         """An empty :class:`KVCache` that fits this module (its key/value heads, width, dtype and
@@ -350,18 +395,44 @@ class CausalSelfAttention(_MultiHead):
         check.that(self.max_len is None or past + L <= self.max_len, where,
                    lambda: f"{past} cached + {L} new = {past + L} positions exceed `max_len`={self.max_len}")
         check.weights_request(where, self.backend, need_weights, average_attn_weights)
-        q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, L, D)
-        k = split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
+        q, k = self.queries_and_keys(x, past)  # (B, H, L, D), (B, H_kv, L, D)
         v = split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
-        if self.rotary:
-            positions = torch.arange(past, past + L, device=x.device)  # (L,): absolute, after the cached ones
-            q, k = apply_rotary(q, positions, self.rotary_base), apply_rotary(k, positions, self.rotary_base)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H_kv, S, D): the cached positions, then the L new ones
         # the causal mask, aligned to the bottom right; with a window, its band of the last W keys
         mask = None if self.window is None else causal_mask(L, k.shape[2], x.device, window=self.window)  # (L, S)
+        gate = None if self.gate_proj is None else self.gate_proj(x)  # (B, L, H·D)
         return self._attend(q, k, v, mask=mask, is_causal=self.window is None, need_weights=need_weights,
-                            average_attn_weights=average_attn_weights)
+                            average_attn_weights=average_attn_weights, gate=gate)
+
+    def queries_and_keys(self, x: Tensor, past: int = 0) -> tuple[Tensor, Tensor]:
+        """The queries and keys of ``x``'s positions past .. past + L - 1: projected, split into
+        heads, normalised (``qk_norm``) and then rotated (``rotary``).
+
+        Shapes:
+            x (B, L, E) -> q (B, H, L, D), k (B, H_kv, L, D)
+        """
+        q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, L, D)
+        k = split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
+        if self.qk_norm:  # before the rotation: the norm's weights act on unrotated coordinates
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rotary:
+            positions = torch.arange(past, past + x.shape[1], device=x.device)  # (L,): after the cached ones
+            q, k = self._rotate(q, positions), self._rotate(k, positions)
+        return q, k
+
+    def _rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Rotate the first ``rotary_dim`` coordinates (all by default) with the module's table,
+        times the table's attention factor (YaRN's; 1 otherwise).
+
+        Shapes:
+            x (B, H, L, D), positions (L,) -> (B, H, L, D)
+        """
+        R = self.rotary_dim
+        turned = apply_rotary(x[..., :R], positions, layout=self.rotary_layout, inv_freq=self.inv_freq)
+        if self.attention_factor != 1.0:
+            turned = turned * self.attention_factor
+        return turned if R == x.shape[-1] else torch.cat([turned, x[..., R:]], dim=-1)  # (B, H, L, D)
 
     @classmethod
     def from_llama(cls, layer: nn.Module, backend: str = "math", window: int | None = None) -> CausalSelfAttention:
