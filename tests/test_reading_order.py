@@ -38,6 +38,7 @@ MODULE_TAUGHT_IN = {
     "attnbook.models.encoder_decoder": "chapters/08c_cross_attention",
     "attnbook.models.attention_only": "chapters/12_induction_heads",
     "attnbook.tasks.induction": "chapters/12_induction_heads",
+    "attnbook.interop": "chapters/08_multi_head_attention",  # the copies behind from_torch, from_llama
 }
 
 # Every public name of the other modules: where it is introduced (None: no chapter teaches it, so

@@ -29,6 +29,8 @@ Reading map (chapter: module, what it holds)
                                              kv_cache               KVCache
     11   Grouped-query, sliding windows .... multihead              CausalSelfAttention's num_kv_heads and window
                                              masks, kv_cache        causal_mask(window=W), the rolling KVCache
+                                             interop                weight copies from and to other libraries:
+                                                                    from_torch, to_torch, from_llama
     12   Induction heads ................... models.attention_only  AttentionOnlyTransformer (heads knocked out)
                                              tasks.induction        the induction task, head scores,
                                                                     train_induction

@@ -12,11 +12,12 @@ Both modules compute the same four steps:
 
 :class:`MultiHeadAttention` computes what ``torch.nn.MultiheadAttention`` computes (batch-first,
 with the book's masks); :meth:`MultiHeadAttention.from_torch` and :meth:`MultiHeadAttention.to_torch`
-copy the weights across. :class:`CausalSelfAttention` is a decoder's self-attention: queries, keys
-and values from one sequence, the causal mask aligned to the bottom right, and an optional
-:class:`~attnbook.kv_cache.KVCache` for decoding one token at a time through the same forward. Its
-options are today's models' (grouped-query heads, rotary positions, a sliding window), and
-:meth:`CausalSelfAttention.from_llama` copies a Hugging Face Llama attention layer.
+copy the weights across (their code is in :mod:`attnbook.interop`). :class:`CausalSelfAttention` is
+a decoder's self-attention: queries, keys and values from one sequence, the causal mask aligned to
+the bottom right, and an optional :class:`~attnbook.kv_cache.KVCache` for decoding one token at a
+time through the same forward. Its options are today's models' (grouped-query heads, rotary
+positions, a sliding window), and :meth:`CausalSelfAttention.from_llama` copies a Hugging Face Llama
+attention layer.
 
 Shapes:
     B batch, H heads, L queries, S keys/values, E model width, D = E / H per-head width.
@@ -38,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook import _checks as check
+from attnbook import interop
 from attnbook.functional import _fused_attention, attention, merge_heads, split_heads
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask
@@ -56,8 +58,9 @@ class _MultiHead(nn.Module):
     and ``v_proj`` give H_kv · D columns, and key/value head g serves query heads g·H/H_kv ..
     (g+1)·H/H_kv - 1."""
 
-    def __init__(self, where: str, embed_dim: int, num_heads: int, kdim: int | None, vdim: int | None,
-                 bias: bool, dropout: float, backend: str, device, dtype, num_kv_heads: int | None = None) -> None:
+    def __init__(self, where: str, embed_dim: int, num_heads: int, *, kdim: int | None = None,
+                 vdim: int | None = None, num_kv_heads: int | None = None, bias: bool = True, dropout: float = 0.0,
+                 backend: str = "math", device=None, dtype=None) -> None:
         super().__init__()
         kdim, vdim = embed_dim if kdim is None else kdim, embed_dim if vdim is None else vdim
         check.positive_ints(where, embed_dim=embed_dim, kdim=kdim, vdim=vdim)
@@ -184,8 +187,8 @@ class MultiHeadAttention(_MultiHead):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__("MultiHeadAttention", embed_dim, num_heads, kdim, vdim, bias, dropout, backend,
-                         device, dtype)
+        super().__init__("MultiHeadAttention", embed_dim, num_heads, kdim=kdim, vdim=vdim, bias=bias,
+                         dropout=dropout, backend=backend, device=device, dtype=dtype)
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kdim={self.kdim}, "
@@ -233,59 +236,12 @@ class MultiHeadAttention(_MultiHead):
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention, *, backend: str = "math") -> MultiHeadAttention:
-        """A new module holding a copy of the weights (same dtype and device) of ``module``.
-
-        ``module`` keeps its input projections in one (3E, E) ``in_proj_weight`` when kdim = vdim = E,
-        and in ``q_proj_weight``, ``k_proj_weight`` and ``v_proj_weight`` otherwise; either way
-        they are copied into ``q_proj``, ``k_proj`` and ``v_proj``. The copy is batch-first whatever
-        ``module.batch_first`` says. ``add_bias_kv`` and ``add_zero_attn`` are not supported.
-
-        Shapes:
-            in_proj_weight (3E, E) -> q_proj.weight, k_proj.weight, v_proj.weight (E, E) each;
-            in_proj_bias (3E,) -> three biases (E,)
-        """
-        where = "MultiHeadAttention.from_torch"
-        check.instance(where, "module", module, nn.MultiheadAttention, "a torch.nn.MultiheadAttention")
-        check.that(module.bias_k is None and not module.add_zero_attn, where,
-                   "`module` uses add_bias_kv or add_zero_attn, which this module lacks")
-        w = module.out_proj.weight
-        new = cls(module.embed_dim, module.num_heads, kdim=module.kdim, vdim=module.vdim, dropout=module.dropout,
-                  bias=module.in_proj_bias is not None, backend=backend, device=w.device, dtype=w.dtype)
-        if module.in_proj_weight is not None:
-            weights = module.in_proj_weight.chunk(3)  # (E, E) each: rows of q, then k, then v
-        else:
-            weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)  # (E, E), (E, Ek), (E, Ev)
-        biases = (None,) * 3 if module.in_proj_bias is None else module.in_proj_bias.chunk(3)  # (E,) each
-        with torch.no_grad():
-            for proj, weight, bias in zip((new.q_proj, new.k_proj, new.v_proj), weights, biases):
-                proj.weight.copy_(weight)
-                if bias is not None:
-                    proj.bias.copy_(bias)
-        new.out_proj.load_state_dict(module.out_proj.state_dict())
-        return new.train(module.training)
+        """A new module holding a copy of the weights of ``module`` (:func:`attnbook.interop.from_torch`)."""
+        return interop.from_torch(cls, module, backend=backend)
 
     def to_torch(self) -> nn.MultiheadAttention:
-        """A ``torch.nn.MultiheadAttention(batch_first=True)`` holding a copy of these weights (same
-        dtype and device); the inverse of :meth:`from_torch`.
-
-        Shapes:
-            q_proj.weight, k_proj.weight, v_proj.weight (E, E) each -> in_proj_weight (3E, E)
-            (separate q/k/v_proj_weight when kdim or vdim differ from E); biases -> in_proj_bias (3E,)
-        """
-        w, projections = self.out_proj.weight, (self.q_proj, self.k_proj, self.v_proj)
-        module = nn.MultiheadAttention(self.embed_dim, self.num_heads, dropout=self.dropout, kdim=self.kdim,
-                                       vdim=self.vdim, bias=self.out_proj.bias is not None, batch_first=True,
-                                       device=w.device, dtype=w.dtype)
-        with torch.no_grad():
-            if module.in_proj_weight is not None:
-                module.in_proj_weight.copy_(torch.cat([p.weight for p in projections]))  # (3E, E)
-            else:
-                for name, proj in zip("qkv", projections):
-                    getattr(module, f"{name}_proj_weight").copy_(proj.weight)
-            if module.in_proj_bias is not None:
-                module.in_proj_bias.copy_(torch.cat([p.bias for p in projections]))  # (3E,)
-        module.out_proj.load_state_dict(self.out_proj.state_dict())
-        return module.train(self.training)
+        """A ``torch.nn.MultiheadAttention`` with a copy of these weights (:func:`attnbook.interop.to_torch`)."""
+        return interop.to_torch(self)
 
 
 class CausalSelfAttention(_MultiHead):
@@ -344,7 +300,8 @@ class CausalSelfAttention(_MultiHead):
         dtype: torch.dtype | None = None,
     ) -> None:
         where = "CausalSelfAttention"
-        super().__init__(where, embed_dim, num_heads, None, None, bias, dropout, backend, device, dtype, num_kv_heads)
+        super().__init__(where, embed_dim, num_heads, num_kv_heads=num_kv_heads, bias=bias, dropout=dropout,
+                         backend=backend, device=device, dtype=dtype)
         check.positive_int(where, "max_len", max_len, optional=True)
         check.flag(where, "rotary", rotary)
         check.that(not rotary or self.head_dim % 2 == 0, where, lambda: f"rotary=True needs an even per-head width "
@@ -408,38 +365,6 @@ class CausalSelfAttention(_MultiHead):
 
     @classmethod
     def from_llama(cls, layer: nn.Module, backend: str = "math", window: int | None = None) -> CausalSelfAttention:
-        """A new module (``rotary=True``) holding a copy of the weights of a Hugging Face
-        ``LlamaAttention`` layer (or a layer of the same form: Mistral's, Qwen2's), same dtype
-        and device. A projection without a bias gets a zero one when the others have biases
-        (Qwen2's ``o_proj``).
-
-        ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj`` are copied into ``q_proj``, ``k_proj``,
-        ``v_proj`` and ``out_proj``; the heads, the key/value heads and the rotation's base
-        (``rope_theta``) come from the layer's config. Pass the sliding ``window`` yourself
-        (Mistral's ``config.sliding_window``): Hugging Face applies it through the mask it builds.
-
-        Shapes:
-            q_proj.weight (H·D, E), k_proj.weight and v_proj.weight (H_kv·D, E), o_proj.weight (E, H·D)
-        """
-        where = "CausalSelfAttention.from_llama"
-        parts = ("q_proj", "k_proj", "v_proj", "o_proj")
-        check.that(all(isinstance(getattr(layer, p, None), nn.Linear) for p in parts) and hasattr(layer, "config"),
-                   where, lambda: f"`layer` must be a LlamaAttention; got {check.described(layer)}", TypeError)
-        config = layer.config
-        rope = getattr(config, "rope_parameters", None) or {"rope_type": "default", "rope_theta": config.rope_theta}
-        check.that(rope.get("rope_type", "default") == "default", where, lambda: f"`layer` uses the rotary scaling "
-                   f"{rope.get('rope_type')!r}; only the plain rotation (rope_type 'default') is copied")
-        E, H, H_kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
-        check.that(layer.head_dim * H == E, where, lambda: f"`layer` has head_dim={layer.head_dim} and {H} heads, "
-                   f"{layer.head_dim * H} columns, not hidden_size={E}; this module needs D = E / H")
-        w, theirs = layer.o_proj.weight, [getattr(layer, p) for p in parts]
-        bias = any(proj.bias is not None for proj in theirs)  # Qwen2: biases on q, k, v but not o
-        new = cls(E, H, num_kv_heads=H_kv, bias=bias, dropout=getattr(config, "attention_dropout", 0.0),
-                  backend=backend, rotary=True, rotary_base=rope["rope_theta"], window=window, device=w.device,
-                  dtype=w.dtype)
-        with torch.no_grad():
-            for ours, proj in zip((new.q_proj, new.k_proj, new.v_proj, new.out_proj), theirs):
-                ours.weight.copy_(proj.weight)
-                if ours.bias is not None:  # a layer without a bias adds zero
-                    ours.bias.copy_(proj.bias) if proj.bias is not None else ours.bias.zero_()
-        return new.train(layer.training)
+        """A new module holding a copy of a Hugging Face ``LlamaAttention`` layer's weights
+        (:func:`attnbook.interop.from_llama`)."""
+        return interop.from_llama(cls, layer, backend=backend, window=window)

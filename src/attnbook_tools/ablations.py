@@ -217,7 +217,7 @@ def ablation_model(variant: str, *, num_layers: int, vocab_size: int, embed_dim:
     if variant not in VARIANTS:
         raise ValueError(f"ablation_model: `variant` must be one of {sorted(VARIANTS)}; got {variant!r}")
     options = VARIANTS[variant]
-    model = TinyTransformer(vocab_size, seq_len, embed_dim, num_heads, num_layers)
+    model = TinyTransformer(vocab_size, seq_len, embed_dim=embed_dim, num_heads=num_heads, num_layers=num_layers)
     model.blocks = nn.ModuleList(
         AblationBlock(embed_dim, num_heads, max_len=seq_len, **options) for _ in range(num_layers)
     )

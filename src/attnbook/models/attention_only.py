@@ -44,7 +44,7 @@ class AttentionOnlyTransformer(nn.Module):
         (B, H, L, L) tensor per layer, every head's weights.
     """
 
-    def __init__(self, vocab_size: int, max_len: int, embed_dim: int = 64, num_heads: int = 4,
+    def __init__(self, vocab_size: int, max_len: int, *, embed_dim: int = 64, num_heads: int = 4,
                  num_layers: int = 2) -> None:
         super().__init__()
         check.positive_ints("AttentionOnlyTransformer", vocab_size=vocab_size, max_len=max_len,

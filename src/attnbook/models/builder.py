@@ -64,4 +64,5 @@ def build_model(score: str | nn.Module | None = None, hidden_dim: int = 64,
         return Seq2Seq(encoder, BottleneckDecoder(vocab_size, embed_dim, hidden_dim))
     if isinstance(score, str):
         score = make_score(score, hidden_dim, hidden_dim)
-    return Seq2Seq(encoder, AttentionDecoder(score, vocab_size, embed_dim, hidden_dim, hidden_dim))
+    return Seq2Seq(encoder, AttentionDecoder(score, vocab_size=vocab_size, embed_dim=embed_dim,
+                                                    hidden_dim=hidden_dim, encoder_dim=hidden_dim))

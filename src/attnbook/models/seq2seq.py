@@ -236,7 +236,7 @@ class AttentionDecoder(nn.Module):
 
     uses_attention = True
 
-    def __init__(self, score: nn.Module, vocab_size: int = VOCAB_SIZE, embed_dim: int = 64,
+    def __init__(self, score: nn.Module, *, vocab_size: int = VOCAB_SIZE, embed_dim: int = 64,
                  hidden_dim: int = 64, encoder_dim: int | None = None) -> None:
         super().__init__()
         check.instance("AttentionDecoder", "score", score, nn.Module,
