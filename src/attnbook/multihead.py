@@ -43,7 +43,7 @@ from attnbook import interop
 from attnbook.functional import _fused_attention, attention, merge_heads, split_heads
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask
-from attnbook.positions import apply_rotary
+from attnbook.positions import apply_rotary, rope_frequencies
 
 __all__ = ["MultiHeadAttention", "CausalSelfAttention", "split_heads", "merge_heads"]
 
@@ -60,7 +60,7 @@ class _MultiHead(nn.Module):
 
     def __init__(self, where: str, embed_dim: int, num_heads: int, *, kdim: int | None = None,
                  vdim: int | None = None, num_kv_heads: int | None = None, bias: bool = True, dropout: float = 0.0,
-                 backend: str = "math", device=None, dtype=None) -> None:
+                 backend: str = "math", sinks: bool = False, device=None, dtype=None) -> None:
         super().__init__()
         kdim, vdim = embed_dim if kdim is None else kdim, embed_dim if vdim is None else vdim
         check.positive_ints(where, embed_dim=embed_dim, kdim=kdim, vdim=vdim)
@@ -71,6 +71,9 @@ class _MultiHead(nn.Module):
         check.flags(where, bias=bias)
         check.probability(where, "dropout", dropout)
         check.one_of(where, "backend", backend, BACKENDS)
+        check.flags(where, sinks=sinks)
+        check.that(not sinks or backend == "math", where, "sinks=True needs backend='math' (PyTorch's fused kernels "
+                   "have no sink logit)")
         check.device(where, "device", device)
         check.floating_dtype(where, "dtype", dtype)
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
@@ -81,6 +84,8 @@ class _MultiHead(nn.Module):
         self.k_proj = nn.Linear(kdim, kv_width, **factory)  # weight (H_kv * D, Ek)
         self.v_proj = nn.Linear(vdim, kv_width, **factory)  # weight (H_kv * D, Ev)
         self.out_proj = nn.Linear(embed_dim, embed_dim, **factory)  # weight (E, E)
+        # gpt-oss's learned sink: one logit per head that joins each softmax and holds no value
+        self.sinks = nn.Parameter(torch.zeros(num_heads, device=device, dtype=dtype)) if sinks else None  # (H,)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -146,6 +151,7 @@ class _MultiHead(nn.Module):
             out, weights = attention(
                 q, k, v, mask, key_mask=key_mask,
                 is_causal=is_causal, dropout_p=dropout_p,
+                sinks=self.sinks,
             )
         # (B, H, L, D) -> (B, L, E)
         out = self.out_proj(merge_heads(out))
@@ -168,6 +174,8 @@ class MultiHeadAttention(_MultiHead):
         dropout: dropout on the attention weights, in training only.
         backend: "math" (readable, can return weights) or "sdpa" (fused
             ``F.scaled_dot_product_attention``, no weights).
+        sinks: a learned sink logit per head, ``sinks`` (H,), starting at 0
+            (:func:`attnbook.functional.attention`'s ``sinks``; backend "math").
 
     Shapes:
         forward: query (B, L, E), key (B, S, Ek), value (B, S, Ev)
@@ -184,11 +192,12 @@ class MultiHeadAttention(_MultiHead):
         bias: bool = True,
         dropout: float = 0.0,
         backend: str = "math",
+        sinks: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__("MultiHeadAttention", embed_dim, num_heads, kdim=kdim, vdim=vdim, bias=bias,
-                         dropout=dropout, backend=backend, device=device, dtype=dtype)
+                         dropout=dropout, backend=backend, sinks=sinks, device=device, dtype=dtype)
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kdim={self.kdim}, "
@@ -276,7 +285,14 @@ class CausalSelfAttention(_MultiHead):
         num_kv_heads: H_kv, which must divide H; None: H (one key/value head per query head).
         rotary: rotate queries and keys by their positions; D must be even.
         rotary_base: the rotation's base (Llama's ``rope_theta``).
+        rotary_scaling: None, or a Hugging Face rope-parameters dict ("linear",
+            "yarn", "llama3"): the table of :func:`attnbook.positions.rope_frequencies`,
+            its attention factor multiplying the rotated queries and keys.
         window: W >= 1, the sliding window, or None: every earlier position.
+        sink_tokens: with a window, the first n positions stay in sight of every
+            query (StreamingLLM; :func:`attnbook.masks.causal_mask`); the cache then
+            keeps every position.
+        sinks: a learned sink logit per head (gpt-oss; see :class:`MultiHeadAttention`).
 
     Shapes:
         forward: x (B, L, E) -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None,
@@ -295,20 +311,28 @@ class CausalSelfAttention(_MultiHead):
         num_kv_heads: int | None = None,
         rotary: bool = False,
         rotary_base: float = 10000.0,
+        rotary_scaling: dict | None = None,
         window: int | None = None,
+        sink_tokens: int = 0,
+        sinks: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         where = "CausalSelfAttention"
         super().__init__(where, embed_dim, num_heads, num_kv_heads=num_kv_heads, bias=bias, dropout=dropout,
-                         backend=backend, device=device, dtype=dtype)
+                         backend=backend, sinks=sinks, device=device, dtype=dtype)
         check.positive_int(where, "max_len", max_len, optional=True)
         check.flag(where, "rotary", rotary)
         check.that(not rotary or self.head_dim % 2 == 0, where, lambda: f"rotary=True needs an even per-head width "
                    f"D = embed_dim / num_heads (pairs of coordinates turn together); got D={self.head_dim}")
         check.number(where, "rotary_base", rotary_base, "a number > 1", lambda b: b > 1)
         check.positive_int(where, "window", window, optional=True)
+        check.that(sink_tokens == 0 or window is not None and check.positive_int(where, "sink_tokens", sink_tokens),
+                   where, lambda: f"`sink_tokens` must be 0, or an int > 0 with a window; got {sink_tokens!r}")
         self.max_len, self.rotary, self.rotary_base, self.window = max_len, rotary, float(rotary_base), window
+        self.sink_tokens, self.rotary_scaling = sink_tokens, rotary_scaling
+        if rotary:
+            rope_frequencies(self.head_dim, self.rotary_base, rotary_scaling)  # checks the scaling
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
@@ -323,7 +347,8 @@ class CausalSelfAttention(_MultiHead):
             -> a cache holding up to (B, H_kv, max_len, D) keys and values, or (B, H_kv, W, D)
         """
         w = self.out_proj.weight
-        return KVCache(batch_size, self.num_kv_heads, max_len, self.head_dim, window=self.window, dtype=w.dtype,
+        window = None if self.sink_tokens else self.window  # sink tokens: keep all, the mask picks (no rolling)
+        return KVCache(batch_size, self.num_kv_heads, max_len, self.head_dim, window=window, dtype=w.dtype,
                        device=w.device)
 
     def forward(
@@ -344,8 +369,9 @@ class CausalSelfAttention(_MultiHead):
         check.instance(where, "cache", cache, (KVCache, type(None)), "an attnbook.kv_cache.KVCache or None")
         check.that(cache is None or cache.num_heads == self.num_kv_heads, where, lambda: f"`cache` holds "
                    f"num_heads={cache.num_heads} heads, not num_kv_heads={self.num_kv_heads} (make it with new_cache)")
-        check.that(cache is None or (cache.window or math.inf) >= (self.window or math.inf), where, lambda: f"`cache` "
-                   f"keeps window={cache.window} positions; queries see window={self.window} (make it with new_cache)")
+        check.that(cache is None or (cache.window or math.inf) >= (self.window or math.inf) and not (
+                   cache.window and self.sink_tokens), where, lambda: f"`cache` keeps window={cache.window} positions;"
+                   f" queries see window={self.window}, sink_tokens={self.sink_tokens} (make it with new_cache)")
         L, past = x.shape[1], 0 if cache is None else len(cache)  # past: the position of the first new token
         check.that(self.max_len is None or past + L <= self.max_len, where,
                    lambda: f"{past} cached + {L} new = {past + L} positions exceed `max_len`={self.max_len}")
@@ -353,13 +379,17 @@ class CausalSelfAttention(_MultiHead):
         q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, L, D)
         k = split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
         v = split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
-        if self.rotary:
+        if self.rotary:  # the table: plain, or scaled for long sequences (times YaRN's factor)
+            inv_freq, factor = rope_frequencies(self.head_dim, self.rotary_base, self.rotary_scaling)  # (D/2,)
             positions = torch.arange(past, past + L, device=x.device)  # (L,): absolute, after the cached ones
-            q, k = apply_rotary(q, positions, self.rotary_base), apply_rotary(k, positions, self.rotary_base)
+            q, k = apply_rotary(q, positions, inv_freq=inv_freq), apply_rotary(k, positions, inv_freq=inv_freq)
+            if factor != 1.0:  # YaRN: cos and sin times the attention factor
+                q, k = q * factor, k * factor
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H_kv, S, D): the cached positions, then the L new ones
         # the causal mask, aligned to the bottom right; with a window, its band of the last W keys
-        mask = None if self.window is None else causal_mask(L, k.shape[2], x.device, window=self.window)  # (L, S)
+        mask = None if self.window is None else causal_mask(L, k.shape[2], x.device, window=self.window,
+                                                            sink_tokens=self.sink_tokens)  # (L, S)
         return self._attend(q, k, v, mask=mask, is_causal=self.window is None, need_weights=need_weights,
                             average_attn_weights=average_attn_weights)
 
