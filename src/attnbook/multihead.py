@@ -60,7 +60,8 @@ class _MultiHead(nn.Module):
 
     def __init__(self, where: str, embed_dim: int, num_heads: int, *, kdim: int | None = None,
                  vdim: int | None = None, num_kv_heads: int | None = None, bias: bool = True, dropout: float = 0.0,
-                 backend: str = "math", device=None, dtype=None, head_dim: int | None = None) -> None:
+                 backend: str = "math", sinks: bool = False, device=None, dtype=None,
+                 head_dim: int | None = None) -> None:
         super().__init__()
         kdim, vdim = embed_dim if kdim is None else kdim, embed_dim if vdim is None else vdim
         check.positive_ints(where, embed_dim=embed_dim, kdim=kdim, vdim=vdim)
@@ -73,6 +74,9 @@ class _MultiHead(nn.Module):
         check.flags(where, bias=bias)
         check.probability(where, "dropout", dropout)
         check.one_of(where, "backend", backend, BACKENDS)
+        check.flags(where, sinks=sinks)
+        check.that(not sinks or backend == "math", where, "sinks=True needs backend='math' (PyTorch's fused kernels "
+                   "have no sink logit)")
         check.device(where, "device", device)
         check.floating_dtype(where, "dtype", dtype)
         D = head_dim or embed_dim // num_heads  # E / H unless given (Qwen3, Gemma 3: D·H != E)
@@ -85,6 +89,8 @@ class _MultiHead(nn.Module):
         self.k_proj = nn.Linear(kdim, kv_width, **factory)  # weight (H_kv * D, Ek)
         self.v_proj = nn.Linear(vdim, kv_width, **factory)  # weight (H_kv * D, Ev)
         self.out_proj = nn.Linear(num_heads * D, embed_dim, **factory)  # weight (E, H * D)
+        # gpt-oss's learned sink: one logit per head that joins each softmax and holds no value
+        self.sinks = nn.Parameter(torch.zeros(num_heads, device=device, dtype=dtype)) if sinks else None  # (H,)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -151,7 +157,7 @@ class _MultiHead(nn.Module):
             out, weights = attention(
                 q, k, v, mask, key_mask=key_mask,
                 is_causal=is_causal, dropout_p=dropout_p,
-                scale=self.scale,
+                scale=self.scale, sinks=self.sinks,
             )
         out = merge_heads(out)  # (B, H, L, D) -> (B, L, H·D)
         if gate is not None:  # Qwen3-Next: each head's output, coordinate by coordinate, times sigmoid(gate)
@@ -176,6 +182,8 @@ class MultiHeadAttention(_MultiHead):
         dropout: dropout on the attention weights, in training only.
         backend: "math" (readable, can return weights) or "sdpa" (fused
             ``F.scaled_dot_product_attention``, no weights).
+        sinks: a learned sink logit per head, ``sinks`` (H,), starting at 0
+            (:func:`attnbook.functional.attention`'s ``sinks``; backend "math").
 
     Shapes:
         forward: query (B, L, E), key (B, S, Ek), value (B, S, Ev)
@@ -192,11 +200,12 @@ class MultiHeadAttention(_MultiHead):
         bias: bool = True,
         dropout: float = 0.0,
         backend: str = "math",
+        sinks: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__("MultiHeadAttention", embed_dim, num_heads, kdim=kdim, vdim=vdim, bias=bias,
-                         dropout=dropout, backend=backend, device=device, dtype=dtype)
+                         dropout=dropout, backend=backend, sinks=sinks, device=device, dtype=dtype)
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kdim={self.kdim}, "
@@ -297,8 +306,15 @@ class CausalSelfAttention(_MultiHead):
         num_kv_heads: H_kv, which must divide H; None: H (one key/value head per query head).
         rotary: rotate queries and keys by their positions; D must be even.
         rotary_base: the rotation's base (Llama's ``rope_theta``).
+        rotary_scaling: None, or a Hugging Face rope-parameters dict ("linear",
+            "yarn", "llama3"): the table of :func:`attnbook.positions.rope_frequencies`,
+            its attention factor multiplying the rotated queries and keys.
         window: W >= 1, the sliding window, or None: every earlier position.
-        head_dim, scale, qk_norm, norm_eps, gate, rotary_dim, rotary_scaling, rotary_layout: as above.
+        sink_tokens: with a window, the first n positions stay in sight of every
+            query (StreamingLLM; :func:`attnbook.masks.causal_mask`); the cache then
+            keeps every position.
+        sinks: a learned sink logit per head (gpt-oss; see :class:`MultiHeadAttention`).
+        head_dim, scale, qk_norm, norm_eps, gate, rotary_dim, rotary_layout: as above.
 
     Shapes:
         forward: x (B, L, E) -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None,
@@ -317,21 +333,23 @@ class CausalSelfAttention(_MultiHead):
         num_kv_heads: int | None = None,
         rotary: bool = False,
         rotary_base: float = 10000.0,
+        rotary_scaling: dict | None = None,
         window: int | None = None,
+        sink_tokens: int = 0,
+        sinks: bool = False,
         head_dim: int | None = None,
         scale: float | None = None,
         qk_norm: bool = False,
         norm_eps: float = 1e-6,
         gate: bool = False,
         rotary_dim: int | None = None,
-        rotary_scaling: dict | None = None,
         rotary_layout: str = "half",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         where = "CausalSelfAttention"
         super().__init__(where, embed_dim, num_heads, num_kv_heads=num_kv_heads, bias=bias, dropout=dropout,
-                         backend=backend, device=device, dtype=dtype, head_dim=head_dim)
+                         backend=backend, sinks=sinks, device=device, dtype=dtype, head_dim=head_dim)
         check.positive_int(where, "max_len", max_len, optional=True)
         check.flags(where, rotary=rotary, qk_norm=qk_norm, gate=gate)
         rotary_dim = self.head_dim if rotary_dim is None else rotary_dim
@@ -341,10 +359,14 @@ class CausalSelfAttention(_MultiHead):
         check.number(where, "rotary_base", rotary_base, "a number > 1", lambda b: b > 1)
         check.one_of(where, "rotary_layout", rotary_layout, ("half", "interleaved"))
         check.positive_int(where, "window", window, optional=True)
+        check.that(sink_tokens == 0 or window is not None and check.positive_int(where, "sink_tokens", sink_tokens),
+                   where, lambda: f"`sink_tokens` must be 0, or an int > 0 with a window; got {sink_tokens!r}")
         check.number(where, "scale", 1.0 if scale is None else scale, "a number > 0", lambda s: s > 0)
         self.max_len, self.rotary, self.rotary_base, self.window = max_len, rotary, float(rotary_base), window
+        self.sink_tokens, self.rotary_scaling = sink_tokens, rotary_scaling
         self.rotary_dim, self.rotary_layout, self.qk_norm = rotary_dim, rotary_layout, qk_norm
         self.scale = self.scale if scale is None else float(scale)
+        # the table: plain, or scaled for long sequences (YaRN's attention factor beside it)
         inv_freq, self.attention_factor = rope_frequencies(rotary_dim, rotary_base, rotary_scaling) if rotary else (
             None, 1.0)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (R/2,) float64, or None
@@ -368,7 +390,8 @@ class CausalSelfAttention(_MultiHead):
             -> a cache holding up to (B, H_kv, max_len, D) keys and values, or (B, H_kv, W, D)
         """
         w = self.out_proj.weight
-        return KVCache(batch_size, self.num_kv_heads, max_len, self.head_dim, window=self.window, dtype=w.dtype,
+        window = None if self.sink_tokens else self.window  # sink tokens: keep all, the mask picks (no rolling)
+        return KVCache(batch_size, self.num_kv_heads, max_len, self.head_dim, window=window, dtype=w.dtype,
                        device=w.device)
 
     def forward(
@@ -389,8 +412,9 @@ class CausalSelfAttention(_MultiHead):
         check.instance(where, "cache", cache, (KVCache, type(None)), "an attnbook.kv_cache.KVCache or None")
         check.that(cache is None or cache.num_heads == self.num_kv_heads, where, lambda: f"`cache` holds "
                    f"num_heads={cache.num_heads} heads, not num_kv_heads={self.num_kv_heads} (make it with new_cache)")
-        check.that(cache is None or (cache.window or math.inf) >= (self.window or math.inf), where, lambda: f"`cache` "
-                   f"keeps window={cache.window} positions; queries see window={self.window} (make it with new_cache)")
+        check.that(cache is None or (cache.window or math.inf) >= (self.window or math.inf) and not (
+                   cache.window and self.sink_tokens), where, lambda: f"`cache` keeps window={cache.window} positions;"
+                   f" queries see window={self.window}, sink_tokens={self.sink_tokens} (make it with new_cache)")
         L, past = x.shape[1], 0 if cache is None else len(cache)  # past: the position of the first new token
         check.that(self.max_len is None or past + L <= self.max_len, where,
                    lambda: f"{past} cached + {L} new = {past + L} positions exceed `max_len`={self.max_len}")
@@ -400,7 +424,8 @@ class CausalSelfAttention(_MultiHead):
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H_kv, S, D): the cached positions, then the L new ones
         # the causal mask, aligned to the bottom right; with a window, its band of the last W keys
-        mask = None if self.window is None else causal_mask(L, k.shape[2], x.device, window=self.window)  # (L, S)
+        mask = None if self.window is None else causal_mask(L, k.shape[2], x.device, window=self.window,
+                                                            sink_tokens=self.sink_tokens)  # (L, S)
         gate = None if self.gate_proj is None else self.gate_proj(x)  # (B, L, H·D)
         return self._attend(q, k, v, mask=mask, is_causal=self.window is None, need_weights=need_weights,
                             average_attn_weights=average_attn_weights, gate=gate)

@@ -156,3 +156,135 @@ def test_window_with_sink_tokens(L, S, W, n):
     assert torch.equal(causal_mask(L, S, window=W, sink_tokens=0), causal_mask(L, S, window=W))
     with pytest.raises(ValueError, match="sink_tokens"):
         causal_mask(L, S, window=W, sink_tokens=-1)
+
+
+def sink_attention_by_formula(q, k, v, sinks, allowed):
+    """weights_j = exp(s_j) / (sum over allowed keys of exp(s) + exp(sink_h)), output = weights v, loop-free
+    but written from the definition (no masked_softmax, no concatenation)."""
+    scores = q @ k.mT / math.sqrt(q.shape[-1])  # (B, H, L, S)
+    e = torch.where(allowed, scores.exp(), torch.zeros((), dtype=scores.dtype))
+    weights = e / (e.sum(-1, keepdim=True) + sinks.exp()[:, None, None])
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize("L, S", [(4, 4), (3, 7), (1, 5)])
+def test_attention_with_sinks_is_the_formula(L, S):
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, L, 8, dtype=F64), torch.randn(2, 3, S, 8, dtype=F64), torch.randn(2, 3, S, 5, dtype=F64)
+    sinks = torch.tensor([-1.0, 0.5, 3.0], dtype=F64)
+    from attnbook.functional import attention
+
+    allowed = causal_mask(L, S)
+    out, weights = attention(q, k, v, is_causal=True, sinks=sinks)
+    want_out, want_weights = sink_attention_by_formula(q, k, v, sinks, allowed)
+    torch.testing.assert_close(weights, want_weights, rtol=0, atol=1e-14)
+    torch.testing.assert_close(out, want_out, rtol=0, atol=1e-14)
+    assert (weights.sum(-1) < 1).all()  # the sink took some weight in every row
+    # a bigger sink logit takes more of every row of its head, and only of its head
+    _, more = attention(q, k, v, is_causal=True, sinks=sinks + torch.tensor([0.0, 0.0, 1.0], dtype=F64))
+    assert (more[:, 2].sum(-1) < weights[:, 2].sum(-1)).all()
+    torch.testing.assert_close(more[:, :2], weights[:, :2])
+
+
+def test_a_query_with_nothing_to_look_at_gives_its_weight_to_the_sink():
+    q, k, v = torch.randn(1, 2, 3, 4, dtype=F64), torch.randn(1, 2, 5, 4, dtype=F64), torch.randn(1, 2, 5, 4, dtype=F64)
+    from attnbook.functional import attention
+
+    blocked = torch.ones(3, 5, dtype=torch.bool)
+    blocked[1] = False  # query 1 may attend to no key
+    for sinks in (None, torch.tensor([0.0, -5.0], dtype=F64)):
+        out, weights = attention(q, k, v, blocked, sinks=sinks)
+        assert torch.equal(weights[..., 1, :], torch.zeros(1, 2, 5, dtype=F64))  # zero weights, no NaN
+        assert torch.equal(out[..., 1, :], torch.zeros(1, 2, 4, dtype=F64))
+    # the sink's share of query 1 is 1; of the other queries, exp(s) / (sum + exp(s))
+    scores = q @ k.mT / 2.0
+    share = sinks.exp()[:, None] / (scores[0].exp().sum(-1) + sinks.exp()[:, None])  # (H, L)
+    torch.testing.assert_close(1 - weights[0].sum(-1)[:, [0, 2]], share[:, [0, 2]])
+
+
+@pytest.mark.parametrize("sinks, error", [
+    (torch.zeros(2), ValueError), (torch.zeros(3, 1), ValueError), (torch.zeros(3, dtype=torch.long), ValueError),
+    ([0.0, 0.0, 0.0], ValueError)])
+def test_attention_refuses_bad_sinks(sinks, error):
+    from attnbook.functional import attention
+
+    q = torch.randn(1, 3, 2, 4)
+    with pytest.raises(error, match="sinks"):
+        attention(q, q, q, sinks=sinks)
+    with pytest.raises(error, match="sinks"):  # no head dim at all
+        attention(q[0, 0], q[0, 0], q[0, 0], sinks=torch.zeros(3))
+
+
+def test_gpt_oss_eager_attention_is_attention_with_sinks():
+    """transformers' gpt-oss eager attention: the sink logit concatenated to the scores, the softmax, the
+    sink dropped. Its softmax keeps the dtype, so float64 agrees to round-off."""
+    pytest.importorskip("transformers")
+    from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
+    from attnbook.functional import attention
+
+    torch.manual_seed(1)
+    B, H, H_kv, L, D = 2, 4, 2, 6, 8
+    module = torch.nn.Module()
+    module.sinks, module.num_key_value_groups, module.training = torch.randn(H, dtype=F64), H // H_kv, False
+    q, k, v = torch.randn(B, H, L, D, dtype=F64), torch.randn(B, H_kv, L, D, dtype=F64), torch.randn(B, H_kv, L, D, dtype=F64)
+    allowed = causal_mask(L, window=3)
+    additive = torch.zeros(L, L, dtype=F64).masked_fill(~allowed, float("-inf"))[None, None]
+    theirs, their_weights = eager_attention_forward(module, q, k, v, additive, scaling=D ** -0.5)
+    ours, weights = attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), allowed, sinks=module.sinks)
+    torch.testing.assert_close(weights, their_weights, rtol=0, atol=1e-14)
+    torch.testing.assert_close(ours.transpose(1, 2), theirs, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("backend", ["math", "sdpa"])
+def test_causal_self_attention_with_sinks_and_sink_tokens(backend):
+    from attnbook.functional import attention, merge_heads, split_heads
+    from attnbook.multihead import CausalSelfAttention
+
+    torch.manual_seed(2)
+    E, H, L, W, n = 12, 3, 9, 3, 2
+    x = torch.randn(2, L, E, dtype=F64)
+    if backend == "sdpa":
+        with pytest.raises(ValueError, match="sinks=True needs backend='math'"):
+            CausalSelfAttention(E, H, sinks=True, backend="sdpa")
+        layer = CausalSelfAttention(E, H, window=W, sink_tokens=n, backend="sdpa", dtype=F64)
+        sinks = None
+    else:
+        layer = CausalSelfAttention(E, H, window=W, sink_tokens=n, sinks=True, dtype=F64)
+        assert layer.sinks.shape == (H,) and "sinks" in dict(layer.named_parameters())
+        with torch.no_grad():
+            layer.sinks.copy_(torch.tensor([0.3, -1.0, 2.0]))
+        sinks = layer.sinks.detach()
+    q, k, v = (split_heads(p(x), H) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+    out, _ = attention(q, k, v, causal_mask(L, window=W, sink_tokens=n), sinks=sinks)
+    want = layer.out_proj(merge_heads(out))
+    got, _ = layer(x)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-13)
+    # decoding one token at a time through the cache gives the same outputs
+    cache, steps = layer.new_cache(2, L), []
+    for t in range(L):
+        steps.append(layer(x[:, t : t + 1], cache=cache)[0])
+    torch.testing.assert_close(torch.cat(steps, 1), got, rtol=0, atol=1e-13)
+    with pytest.raises(ValueError, match="sink_tokens"):
+        CausalSelfAttention(E, H, sink_tokens=2)  # no window
+
+
+def test_causal_self_attention_with_rotary_scaling():
+    from attnbook.functional import attention, merge_heads, split_heads
+    from attnbook.multihead import CausalSelfAttention
+
+    torch.manual_seed(3)
+    E, H, L = 16, 2, 7
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}
+    layer = CausalSelfAttention(E, H, rotary=True, rotary_base=100.0, rotary_scaling=scaling, dtype=F64)
+    x = torch.randn(1, L, E, dtype=F64)
+    inv_freq, factor = rope_frequencies(E // H, 100.0, scaling)
+    assert factor > 1
+    turn = lambda t: apply_rotary(t, torch.arange(L), inv_freq=inv_freq) * factor  # noqa: E731
+    q, k, v = (split_heads(p(x), H) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+    out, _ = attention(turn(q), turn(k), v, is_causal=True)
+    torch.testing.assert_close(layer(x)[0], layer.out_proj(merge_heads(out)), rtol=0, atol=1e-13)
+    plain = CausalSelfAttention(E, H, rotary=True, rotary_base=100.0, dtype=F64)
+    plain.load_state_dict(layer.state_dict())
+    assert not torch.allclose(plain(x)[0], layer(x)[0])
+    with pytest.raises(ValueError, match="rope_type"):
+        CausalSelfAttention(E, H, rotary=True, rotary_scaling={"rope_type": "longrope", "factor": 2.0})
