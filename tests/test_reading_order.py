@@ -39,6 +39,7 @@ MODULE_TAUGHT_IN = {
     "attnbook.models.attention_only": "chapters/12_induction_heads",
     "attnbook.tasks.induction": "chapters/12_induction_heads",
     "attnbook.interop": "chapters/08_multi_head_attention",  # the copies behind from_torch, from_llama
+    "attnbook.latent": "chapters/14_attention_in_2026",
 }
 
 # Every public name of the other modules: where it is introduced (None: no chapter teaches it, so
@@ -87,6 +88,7 @@ TAUGHT_IN = {
     "TinyTransformer": "chapters/08b_transformer_block",
     "TransformerBlock": "chapters/08b_transformer_block",
     "DecoderBlock": "chapters/08c_cross_attention",
+    "SwiGLU": "chapters/14_attention_in_2026",
     "repeat_batch": "chapters/08_multi_head_attention",
     "repeat_loss": "chapters/08_multi_head_attention",
     "train_repeat": "chapters/08_multi_head_attention",

@@ -34,6 +34,11 @@ Reading map (chapter: module, what it holds)
     12   Induction heads ................... models.attention_only  AttentionOnlyTransformer (heads knocked out)
                                              tasks.induction        the induction task, head scores,
                                                                     train_induction
+    14   Attention in 2026 ................. multihead              CausalSelfAttention's qk_norm, gate,
+                                                                    head_dim, scale, rotary_dim
+                                             latent                 MultiHeadLatentAttention, LatentCache
+                                             block                  SwiGLU, RMSNorm (today's block)
+                                             interop                from_hf: the layers of transformers
 
 Shape letters used in every docstring and comment:
     B batch, H heads, L queries (query length), S keys/values (key length),
