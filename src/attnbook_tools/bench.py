@@ -69,6 +69,8 @@ TARGETS: dict[str, tuple[str, float, str]] = {
     "gqa_cache_memory": ("min", None, "multi-head / grouped-query cache, bytes (H / H_kv expected)"),
     "gqa_decode_time": ("max", None, "grouped-query / multi-head decoding, time per token"),
     "cached_vs_recompute": ("min", 10.0, "recomputing the sequence / one cached step, time per token"),
+    "mla_cache_memory": ("min", None, "multi-head / latent attention cache, bytes (2·H·D / (C + R) expected)"),
+    "mla_absorbed_decode_time": ("max", None, "latent attention, absorbed / plain form, time per token"),
 }
 
 
@@ -94,6 +96,7 @@ class Sizes:
     models: Sequence[dict] = field(default_factory=list)  # TinyTransformer keyword arguments
     decode_layer: tuple[int, int, int, int] = (1024, 16, 4, 1024)  # (E, H, H_kv, cached tokens S)
     decode_repeats: int = 31  # one decoded token takes milliseconds: many repeats for a steady median
+    latent_layer: tuple[int, ...] = (1024, 16, 256, 32, 64, 64, 1024)  # (E, H, C, R, Dn, Dv, cached tokens S)
 
 
 FULL = Sizes(
@@ -130,6 +133,7 @@ SMOKE = Sizes(
     models=[dict(vocab_size=16, embed_dim=32, num_heads=2, num_layers=1, max_len=32)],
     decode_layer=(64, 4, 2, 64),
     decode_repeats=2,
+    latent_layer=(64, 4, 16, 4, 8, 8, 64),
 )
 
 
@@ -312,6 +316,40 @@ def bench_decode_step(sizes: Sizes) -> dict:
             "cache_bytes": cache_bytes, "same_as_full": same}
 
 
+def bench_latent(sizes: Sizes) -> dict:
+    """One decoded token at S cached tokens through multi-head latent attention, plain (every
+    head's keys and values formed from the cached latents) against absorbed (attention in latent
+    space), and the cache's bytes against multi-head attention's of H heads of Dn + R.
+
+    Shapes:
+        prefix (1, S, E), token (1, 1, E); cache (1, S + 1, C) and (1, S + 1, R); no tensors returned
+    """
+    from attnbook.latent import MultiHeadLatentAttention
+
+    E, H, C, R, Dn, Dv, S = sizes.latent_layer
+    torch.manual_seed(0)
+    sequence = torch.randn(1, S + 1, E)  # (B, S + 1, E)
+    # the readable path: PyTorch's fused kernels fall back to their slow math path for one query
+    # against a key head shared by every query head (enable_gqa) under a mask
+    layer = MultiHeadLatentAttention(E, H, kv_rank=C, rope_dim=R, nope_dim=Dn, v_dim=Dv, backend="math").eval()
+    cache = layer.new_cache(1, S + 1)
+
+    def step(absorb: bool) -> Callable[[], torch.Tensor]:
+        def run() -> torch.Tensor:
+            cache.length = S  # S cached tokens again
+            return layer(sequence[:, S:], cache=cache, absorb=absorb)[0]
+        return run
+
+    with torch.inference_mode():
+        layer(sequence[:, :S], cache=cache)
+        same = bool(torch.allclose(step(True)(), step(False)(), atol=1e-5, rtol=1e-4))
+        medians = interleaved_medians({"plain": step(False), "absorbed": step(True)}, repeats=sizes.decode_repeats)
+    latent_bytes = cache._latents.nbytes + cache._k_rope.nbytes
+    mha_bytes = 2 * H * (Dn + R) * (S + 1) * 4  # float32 keys and values of H heads of Dn + R
+    return {"E": E, "H": H, "C": C, "R": R, "Dn": Dn, "Dv": Dv, "cached": S, "backend": "math", "seconds": medians,
+            "cache_bytes": {"latent": latent_bytes, "mha": mha_bytes}, "absorbed_equals_plain": same}
+
+
 def _tokens(result) -> torch.Tensor:
     return result[0] if isinstance(result, tuple) else result
 
@@ -341,6 +379,11 @@ def _ratios(results: dict) -> dict[str, float]:
     ratios[f"gqa_decode_time[{tag}]"] = d["seconds"]["gqa"] / d["seconds"]["mha"]
     ratios[f"cached_vs_recompute[S={d['cached']} cached, E={d['E']} H={d['H']}]"] = (
         d["seconds"]["recompute"] / d["seconds"]["mha"])
+    if "latent" in results:
+        m = results["latent"]
+        tag = f"S={m['cached']} cached, E={m['E']} H={m['H']} C={m['C']} R={m['R']}"
+        ratios[f"mla_cache_memory[{tag}]"] = m["cache_bytes"]["mha"] / m["cache_bytes"]["latent"]
+        ratios[f"mla_absorbed_decode_time[{tag}]"] = m["seconds"]["absorbed"] / m["seconds"]["plain"]
     return ratios
 
 
@@ -435,6 +478,7 @@ def run(sizes: Sizes, *, threads: int) -> dict:
     results["tiled"] = bench_tiled(sizes)
     results["kv_cache"] = bench_kv_cache(sizes)
     results["decode_step"] = bench_decode_step(sizes)
+    results["latent"] = bench_latent(sizes)
     results["ratios"] = _ratios(results)
     results["wall_seconds"] = time.perf_counter() - start
     if hasattr(os, "getloadavg"):
