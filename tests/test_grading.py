@@ -509,6 +509,24 @@ class _Lazy(dict):
         return value
 
 
+
+def good_qk_norm(q, k, v, qw, kw, after=False, causal=True):
+    from attnbook.functional import attention
+    from attnbook.positions import apply_rotary
+
+    def norm(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    pos = torch.arange(q.shape[-2])
+    if after:
+        q, k = norm(apply_rotary(q, pos), qw), norm(apply_rotary(k, pos), kw)
+    else:
+        q, k = apply_rotary(norm(q, qw), pos), apply_rotary(norm(k, kw), pos)
+    return attention(q, k, v, is_causal=causal)[0]
+
+
+LATENT_CACHE = {"latent": 61 * 32768 * 2 * (512 + 64), "mha": 61 * 32768 * 2 * 128 * (192 + 128)}
+
 GOOD = {
     "masked_softmax": good_masked_softmax,
     "scaled_dot_product_attention": good_sdpa,
@@ -571,6 +589,9 @@ GOOD = {
     "induction_score": good_induction_score,
     "knock_out_heads": None,  # measured: _Lazy computes it
     "induction_attends": {"induction": 4, "previous_token": 8, "copying": "b"},
+    "qk_norm_attention": good_qk_norm,
+    "absorbed_scores": lambda q, c, w: torch.einsum("bhld,hdc,bsc->bhls", q, w, c),
+    "latent_cache_bytes": LATENT_CACHE,
 }
 
 # Measured answers (experiments) are computed when a test asks for them.
@@ -967,6 +988,13 @@ MISTAKES = [
     ("window_cache_bytes", {**WINDOW_CACHE, "window": WINDOW_CACHE["window"] // 4096 * 4097}, "window",
      "not W + 1"),
     ("window_cache_bytes", {**WINDOW_CACHE, "full": WINDOW_CACHE["full"] // 2}, "full", "keys only"),
+    ("qk_norm_attention", lambda q, k, v, qw, kw: good_qk_norm(q, k, v, qw, kw, after=True), "heads", "after the rotation"),
+    ("qk_norm_attention", lambda q, k, v, qw, kw: good_qk_norm(q, k, v, qw * 0 + 1, kw * 0 + 1), "one_head", "weights"),
+    ("qk_norm_attention", lambda q, k, v, qw, kw: good_qk_norm(q, k, v, qw, kw, causal=False), "wide", "not causal"),
+    ("absorbed_scores", lambda q, c, w: torch.einsum("bhld,hcd,bsc->bhls", q, w, c), "square", "transpose"),
+    ("absorbed_scores", lambda q, c, w: torch.einsum("bhld,dc,bsc->bhls", q, w[0], c), "latent_wider", "head 0"),
+    ("latent_cache_bytes", {**LATENT_CACHE, "latent": LATENT_CACHE["latent"] // 576 * 512}, "latent", "rotated key"),
+    ("latent_cache_bytes", {**LATENT_CACHE, "mha": LATENT_CACHE["mha"] // 320 * 384}, "mha", "192"),
     ("window_cache_bytes", {**WINDOW_CACHE, "full": WINDOW_CACHE["full"] // 32}, "full", "layers"),
     ("induction_score", induction_with(shift=0), "random_weights", "earlier occurrence itself"),
     ("induction_score", induction_with(shift=2), "one_sequence", "two positions past"),
