@@ -57,22 +57,27 @@ def mlp(embed_dim: int, mlp_ratio: int, activation: str = "gelu", bias: bool = T
 
 
 class SwiGLU(nn.Module):
-    """The MLP of Llama, Qwen3, Gemma 3 and DeepSeek (Shazeer, 2020): a gated linear unit,
-    ``down(silu(gate(x)) * up(x))``. Three matrices instead of two, so a hidden width of 2/3 of
-    the GELU MLP's keeps the parameter count (Llama's choice).
+    """The MLP of Llama, Qwen3, Gemma 3 and DeepSeek (Shazeer,
+    2020): a gated linear unit, ``down(silu(gate(x)) * up(x))``.
+    Three matrices instead of two, so a hidden width of 2/3 of the
+    GELU MLP's keeps the parameter count (Llama's choice).
 
     Shapes:
         x (B, L, E) -> (B, L, E); hidden width F
     """
 
-    def __init__(self, embed_dim: int, hidden_dim: int, *, bias: bool = False) -> None:
+    def __init__(self, embed_dim: int, hidden_dim: int, *,
+                 bias: bool = False) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(embed_dim, hidden_dim, bias=bias)  # weight (F, E)
-        self.up_proj = nn.Linear(embed_dim, hidden_dim, bias=bias)  # weight (F, E)
-        self.down_proj = nn.Linear(hidden_dim, embed_dim, bias=bias)  # weight (E, F)
+        E, F_, b = embed_dim, hidden_dim, bias
+        self.gate_proj = nn.Linear(E, F_, bias=b)  # weight (F, E)
+        self.up_proj = nn.Linear(E, F_, bias=b)  # weight (F, E)
+        self.down_proj = nn.Linear(F_, E, bias=b)  # weight (E, F)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # (B, L, E)
+        gate = F.silu(self.gate_proj(x))  # (B, L, F)
+        gated = gate * self.up_proj(x)  # (B, L, F)
+        return self.down_proj(gated)  # (B, L, E)
 
 
 def norm_layer(kind: str, embed_dim: int, bias: bool) -> nn.Module:

@@ -189,59 +189,86 @@ class MultiHeadLatentAttention(nn.Module):
         w = self.kv_up.weight.view(self.num_heads, self.nope_dim + self.v_dim, self.kv_rank)  # (H, Dn + Dv, C)
         return w[:, : self.nope_dim], w[:, self.nope_dim :]
 
-    def forward(self, x: Tensor, *, cache: LatentCache | None = None, need_weights: bool = False,
-                absorb: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Causal latent attention over ``x`` (and the cached prefix), plain or absorbed.
+    def forward(
+        self, x: Tensor, *, cache: LatentCache | None = None,
+        need_weights: bool = False, absorb: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Causal latent attention over ``x`` (and the cached
+        prefix), plain or absorbed.
 
         Args:
             x: the new positions.
-            cache: a :class:`LatentCache` from :meth:`new_cache`, or None.
-            need_weights: also return the weights per head (backend "math").
-            absorb: attend in latent space (W_uk moved onto the queries, W_uv applied after the
-                weighted sum) instead of forming every head's keys and values.
+            cache: a :class:`LatentCache` from :meth:`new_cache`.
+            need_weights: also return the weights per head
+                (backend "math").
+            absorb: attend in latent space (W_uk moved onto the
+                queries, W_uv applied after the weighted sum) instead
+                of forming every head's keys and values.
 
         Shapes:
-            x (B, L, E) -> output (B, L, E), weights (B, H, L, S) | None
+            x (B, L, E) -> output (B, L, E), weights (B, H, L, S)
         """
+        self._check_call(x, cache, need_weights, absorb)
+        B, L, _ = x.shape
+        H, Dn, R = self.num_heads, self.nope_dim, self.rope_dim
+        past = 0 if cache is None else len(cache)
+        positions = torch.arange(past, past + L, device=x.device)
+        if self.q_rank is None:
+            q = self.q_proj(x)  # (B, L, H·(Dn + R))
+        else:  # through the queries' own latent
+            q = self.q_up(self.q_norm(self.q_down(x)))
+        q = q.view(B, L, H, Dn + R).transpose(1, 2)  # (B,H,L,Dn+R)
+        q_nope = q[..., :Dn]  # (B, H, L, Dn): no position
+        q_rope = self._rotate(q[..., Dn:], positions)  # (B, H, L, R)
+        # one latent and one rotated key per token: (B, L, C | R)
+        latent, k_rope = self.kv_down(x).split([self.kv_rank, R], -1)
+        latent = self.kv_norm(latent)
+        k_rope = self._rotate(k_rope, positions)
+        if cache is not None:  # (B, S, C), (B, S, R)
+            latent, k_rope = cache.append(latent, k_rope)
+        if absorb:
+            return self._attend_latent(q_nope, q_rope, latent,
+                                       k_rope, need_weights)
+        # every head's keys and values read back from the latents
+        kv = self.kv_up(latent).view(B, -1, H, Dn + self.v_dim)
+        kv = kv.transpose(1, 2)  # (B, H, S, Dn + Dv)
+        k_nope, v = kv[..., :Dn], kv[..., Dn:]  # (B, H, S, Dn | Dv)
+        k_rope = k_rope[:, None].expand(-1, H, -1, -1)  # (B,H,S,R)
+        k = torch.cat([k_nope, k_rope], dim=-1)  # (B, H, S, Dn + R)
+        q = torch.cat([q_nope, q_rope], dim=-1)  # (B, H, L, Dn + R)
+        return self._attend(q, k, v, need_weights)
+
+    def _check_call(self, x, cache, need_weights, absorb) -> None:
+        """The checks of :meth:`forward`'s arguments."""
         where = "MultiHeadLatentAttention.forward"
         check.tensor(where, "x", x, "B, L, E", dtype=self.kv_down.weight.dtype, sizes=[(-1, self.embed_dim, "E")])
         check.instance(where, "cache", cache, (LatentCache, type(None)), "an attnbook.latent.LatentCache or None")
         check.flags(where, need_weights=need_weights, absorb=absorb)
         check.that(not (need_weights and self.backend == "sdpa"), where,
                    "need_weights=True needs backend='math' (the fused kernels never form the weights)")
-        B, L, _ = x.shape
-        H, Dn, R = self.num_heads, self.nope_dim, self.rope_dim
-        past = 0 if cache is None else len(cache)
-        positions = torch.arange(past, past + L, device=x.device)  # (L,)
-        q = self.q_proj(x) if self.q_rank is None else self.q_up(self.q_norm(self.q_down(x)))  # (B, L, H·(Dn+R))
-        q = q.view(B, L, H, Dn + R).transpose(1, 2)  # (B, H, L, Dn + R)
-        q_nope, q_rope = q[..., :Dn], self._rotate(q[..., Dn:], positions)  # (B, H, L, Dn), (B, H, L, R)
-        latent, k_rope = self.kv_down(x).split([self.kv_rank, R], dim=-1)  # (B, L, C), (B, L, R)
-        latent, k_rope = self.kv_norm(latent), self._rotate(k_rope, positions)
-        if cache is not None:
-            latent, k_rope = cache.append(latent, k_rope)  # (B, S, C), (B, S, R)
-        if absorb:
-            return self._attend_latent(q_nope, q_rope, latent, k_rope, need_weights)
-        kv = self.kv_up(latent).view(B, -1, H, Dn + self.v_dim).transpose(1, 2)  # (B, H, S, Dn + Dv)
-        k_nope, v = kv[..., :Dn], kv[..., Dn:]  # (B, H, S, Dn), (B, H, S, Dv)
-        k = torch.cat([k_nope, k_rope[:, None].expand(-1, H, -1, -1)], dim=-1)  # (B, H, S, Dn + R)
-        q = torch.cat([q_nope, q_rope], dim=-1)  # (B, H, L, Dn + R)
-        return self._attend(q, k, v, need_weights)
 
-    def _attend_latent(self, q_nope: Tensor, q_rope: Tensor, latent: Tensor, k_rope: Tensor,
-                       need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """Absorbed attention: scores against the latents, the weighted sum of latents, then W_uv.
+    def _attend_latent(
+        self, q_nope: Tensor, q_rope: Tensor, latent: Tensor,
+        k_rope: Tensor, need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Absorbed attention: scores against the latents, the
+        weighted sum of latents, then W_uv.
 
         Shapes:
-            q_nope (B, H, L, Dn), q_rope (B, H, L, R), latent (B, S, C), k_rope (B, S, R)
+            q_nope (B, H, L, Dn), q_rope (B, H, L, R),
+            latent (B, S, C), k_rope (B, S, R)
             -> output (B, L, E), weights (B, H, L, S) | None
         """
         w_uk, w_uv = self.key_up_weights()  # (H, Dn, C), (H, Dv, C)
-        q_latent = torch.einsum("bhld,hdc->bhlc", q_nope, w_uk)  # (B, H, L, C): W_ukᵀ q_nope per head
+        # W_uk,hᵀ q_nope,h: every head's query in latent space
+        q_latent = torch.einsum("bhld,hdc->bhlc", q_nope, w_uk)
         q = torch.cat([q_latent, q_rope], dim=-1)  # (B, H, L, C + R)
-        k = torch.cat([latent, k_rope], dim=-1)[:, None]  # (B, 1, S, C + R): one key head, shared
-        out, weights = self._heads(q, k, latent[:, None], need_weights)  # (B, H, L, C)
-        out = torch.einsum("bhlc,hvc->bhlv", out, w_uv)  # (B, H, L, Dv): W_uv after the weighted sum
+        # one key head for all: the latent beside the rotated key
+        k = torch.cat([latent, k_rope], -1)[:, None]  # (B,1,S,C+R)
+        out, weights = self._heads(q, k, latent[:, None],
+                                   need_weights)  # (B, H, L, C)
+        # W_uv after the weighted sum: (B, H, L, Dv)
+        out = torch.einsum("bhlc,hvc->bhlv", out, w_uv)
         return self.out_proj(merge_heads(out)), weights
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, need_weights: bool) -> tuple[Tensor, Tensor | None]:

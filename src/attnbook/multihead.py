@@ -160,7 +160,8 @@ class _MultiHead(nn.Module):
                 scale=self.scale, sinks=self.sinks,
             )
         out = merge_heads(out)  # (B, H, L, D) -> (B, L, H·D)
-        if gate is not None:  # Qwen3-Next: each head's output, coordinate by coordinate, times sigmoid(gate)
+        if gate is not None:  # Qwen3-Next's output gate
+            # each head's output, coordinate by coordinate
             out = out * torch.sigmoid(gate)  # (B, L, H·D)
         out = self.out_proj(out)  # (B, L, E)
         if need_weights and average_attn_weights:
@@ -430,20 +431,24 @@ class CausalSelfAttention(_MultiHead):
         return self._attend(q, k, v, mask=mask, is_causal=self.window is None, need_weights=need_weights,
                             average_attn_weights=average_attn_weights, gate=gate)
 
-    def queries_and_keys(self, x: Tensor, past: int = 0) -> tuple[Tensor, Tensor]:
-        """The queries and keys of ``x``'s positions past .. past + L - 1: projected, split into
-        heads, normalised (``qk_norm``) and then rotated (``rotary``).
+    def queries_and_keys(self, x: Tensor,
+                         past: int = 0) -> tuple[Tensor, Tensor]:
+        """The queries and keys of ``x``'s positions past .. past +
+        L - 1: projected, split into heads, normalised (``qk_norm``)
+        and then rotated (``rotary``).
 
         Shapes:
             x (B, L, E) -> q (B, H, L, D), k (B, H_kv, L, D)
         """
-        q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, L, D)
-        k = split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
-        if self.qk_norm:  # before the rotation: the norm's weights act on unrotated coordinates
+        q = split_heads(self.q_proj(x), self.num_heads)  # (B,H,L,D)
+        k = split_heads(self.k_proj(x), self.num_kv_heads)
+        if self.qk_norm:  # each head's D coordinates, before turning
             q, k = self.q_norm(q), self.k_norm(k)
-        if self.rotary:
-            positions = torch.arange(past, past + x.shape[1], device=x.device)  # (L,): after the cached ones
-            q, k = self._rotate(q, positions), self._rotate(k, positions)
+        if self.rotary:  # positions after the cached ones: (L,)
+            L = x.shape[1]
+            positions = torch.arange(past, past + L, device=x.device)
+            q = self._rotate(q, positions)
+            k = self._rotate(k, positions)
         return q, k
 
     def _rotate(self, x: Tensor, positions: Tensor) -> Tensor:
