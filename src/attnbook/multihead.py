@@ -40,7 +40,7 @@ from torch import Tensor, nn
 
 from attnbook import _checks as check
 from attnbook import interop
-from attnbook.functional import _fused_attention, attention, merge_heads, split_heads
+from attnbook.functional import _attention, _fused_attention, _merge_heads, _split_heads, merge_heads, split_heads
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask
 from attnbook.positions import apply_rotary, rope_frequencies
@@ -149,17 +149,18 @@ class _MultiHead(nn.Module):
             weights = None
         else:
             # the readable path: scores, masked softmax, weighted
-            # sum; with grouped-query heads every query head first
-            # gets its own copy of the key/value head it shares
+            # sum (attention, its inputs checked by forward); with
+            # grouped-query heads every query head first gets its
+            # own copy of the key/value head it shares
             if groups > 1:  # k and v become (B, H, S, D)
                 k = k.repeat_interleave(groups, dim=1)
                 v = v.repeat_interleave(groups, dim=1)
-            out, weights = attention(
+            out, weights = _attention(
                 q, k, v, mask, key_mask=key_mask,
                 is_causal=is_causal, dropout_p=dropout_p,
                 scale=self.scale, sinks=self.sinks,
             )
-        out = merge_heads(out)  # (B, H, L, D) -> (B, L, H·D)
+        out = _merge_heads(out)  # (B, H, L, D) -> (B, L, H·D)
         if gate is not None:  # Qwen3-Next's output gate
             # each head's output, coordinate by coordinate
             out = out * torch.sigmoid(gate)  # (B, L, H·D)
@@ -246,9 +247,9 @@ class MultiHeadAttention(_MultiHead):
                              average_attn_weights)
         if mask is not None and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # (B, 1, L, S): one mask per batch element, shared by the heads
-        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, L, D)
-        k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, S, D)
-        v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, S, D)
+        q = _split_heads(self.q_proj(query), self.num_heads)  # (B, H, L, D)
+        k = _split_heads(self.k_proj(key), self.num_heads)  # (B, H, S, D)
+        v = _split_heads(self.v_proj(value), self.num_heads)  # (B, H, S, D)
         return self._attend(q, k, v, mask=mask, key_mask=key_mask, is_causal=is_causal, need_weights=need_weights,
                             average_attn_weights=average_attn_weights)
 
@@ -409,19 +410,12 @@ class CausalSelfAttention(_MultiHead):
             x (B, L, E) -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None
         """
         where = "CausalSelfAttention.forward"
-        check.tensor(where, "x", x, "B, L, E", dtype=self.out_proj.weight.dtype, sizes=[(-1, self.embed_dim, "E")])
-        check.instance(where, "cache", cache, (KVCache, type(None)), "an attnbook.kv_cache.KVCache or None")
-        check.that(cache is None or cache.num_heads == self.num_kv_heads, where, lambda: f"`cache` holds "
-                   f"num_heads={cache.num_heads} heads, not num_kv_heads={self.num_kv_heads} (make it with new_cache)")
-        check.that(cache is None or (cache.window or math.inf) >= (self.window or math.inf) and not (
-                   cache.window and self.sink_tokens), where, lambda: f"`cache` keeps window={cache.window} positions;"
-                   f" queries see window={self.window}, sink_tokens={self.sink_tokens} (make it with new_cache)")
+        check.causal_call(where, self, x, cache, KVCache, need_weights, average_attn_weights)
+        check.that(cache is None or not (cache.window and self.sink_tokens), where, lambda: f"`cache` keeps "
+                   f"window={cache.window} positions; queries see sink_tokens={self.sink_tokens} (use new_cache)")
         L, past = x.shape[1], 0 if cache is None else len(cache)  # past: the position of the first new token
-        check.that(self.max_len is None or past + L <= self.max_len, where,
-                   lambda: f"{past} cached + {L} new = {past + L} positions exceed `max_len`={self.max_len}")
-        check.weights_request(where, self.backend, need_weights, average_attn_weights)
         q, k = self.queries_and_keys(x, past)  # (B, H, L, D), (B, H_kv, L, D)
-        v = split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
+        v = _split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H_kv, S, D): the cached positions, then the L new ones
         # the causal mask, aligned to the bottom right; with a window, its band of the last W keys
@@ -440,8 +434,8 @@ class CausalSelfAttention(_MultiHead):
         Shapes:
             x (B, L, E) -> q (B, H, L, D), k (B, H_kv, L, D)
         """
-        q = split_heads(self.q_proj(x), self.num_heads)  # (B,H,L,D)
-        k = split_heads(self.k_proj(x), self.num_kv_heads)
+        q = _split_heads(self.q_proj(x), self.num_heads)  # (B,H,L,D)
+        k = _split_heads(self.k_proj(x), self.num_kv_heads)
         if self.qk_norm:  # each head's D coordinates, before turning
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:  # positions after the cached ones: (L,)
