@@ -139,7 +139,8 @@ class MultiHeadLatentAttention(nn.Module):
                            f"{check.described(inv_freq)}")
         self.embed_dim, self.num_heads, self.kv_rank, self.rope_dim = embed_dim, num_heads, kv_rank, rope_dim
         self.nope_dim, self.v_dim, self.q_rank, self.backend = nope_dim, v_dim, q_rank, backend
-        self.rotary_base, self.rotary_layout, self.attention_factor = float(rotary_base), rotary_layout, attention_factor
+        self.rotary_base, self.rotary_layout = float(rotary_base), rotary_layout
+        self.attention_factor = float(attention_factor)  # YaRN's: multiplies the rotated parts
         self.scale = 1.0 / math.sqrt(nope_dim + rope_dim) if scale is None else float(scale)
         f = {"device": device, "dtype": dtype}
         q_width = num_heads * (nope_dim + rope_dim)  # H · (Dn + R)

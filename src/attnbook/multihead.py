@@ -161,8 +161,7 @@ class _MultiHead(nn.Module):
                 scale=self.scale, sinks=self.sinks,
             )
         out = _merge_heads(out)  # (B, H, L, D) -> (B, L, H·D)
-        if gate is not None:  # Qwen3-Next's output gate
-            # each head's output, coordinate by coordinate
+        if gate is not None:  # Qwen3-Next's, per coordinate
             out = out * torch.sigmoid(gate)  # (B, L, H·D)
         out = self.out_proj(out)  # (B, L, E)
         if need_weights and average_attn_weights:
@@ -285,18 +284,12 @@ class CausalSelfAttention(_MultiHead):
       (:func:`attnbook.masks.causal_mask` with ``window``), and :meth:`new_cache` makes a rolling
       cache that keeps only the last W keys and values.
 
-    And those of the models of 2025-26 (chapter 14), each off by default:
-
-    * ``qk_norm`` (Qwen3, Gemma 3): an RMSNorm over each head's D coordinates of the queries and
-      of the keys (``q_norm``, ``k_norm``, weights shared by the heads), before the rotation: a
-      score can no longer grow with the size of the vectors, only with their angle and the norms'
-      weights.
-    * ``gate`` (Qwen3-Next): ``gate_proj`` (E -> H·D) gives every head's output, coordinate by
-      coordinate, a gate ``sigmoid(gate_proj(x))`` before the output projection.
-    * ``head_dim`` D other than E / H; ``scale`` other than 1 / sqrt(D) (Gemma 3's
-      ``query_pre_attn_scalar``); ``rotary_dim`` < D, a rotation of the first coordinates only
-      (Qwen3-Next); ``rotary_scaling``, a Hugging Face rope-parameters dict
-      (:func:`attnbook.positions.rope_frequencies`: linear, YaRN, Llama 3.1); ``rotary_layout``.
+    And those of 2025-26 (chapter 14), each off by default: ``qk_norm`` (Qwen3, Gemma 3), an
+    RMSNorm over each head's D coordinates of queries and keys (``q_norm``, ``k_norm``) before the
+    rotation, so that a score grows only through the norms' weights; ``gate`` (Qwen3-Next), each
+    head's output times ``sigmoid(gate_proj(x))`` (E -> H·D) before ``out_proj``; ``head_dim`` D
+    other than E / H; ``scale`` other than 1 / sqrt(D) (Gemma 3); ``rotary_dim`` < D, the first
+    coordinates only (Qwen3-Next); ``rotary_layout`` (:func:`attnbook.positions.apply_rotary`).
 
     Args:
         embed_dim: E.
@@ -355,9 +348,8 @@ class CausalSelfAttention(_MultiHead):
         check.positive_int(where, "max_len", max_len, optional=True)
         check.flags(where, rotary=rotary, qk_norm=qk_norm, gate=gate)
         rotary_dim = self.head_dim if rotary_dim is None else rotary_dim
-        check.that(not rotary or (isinstance(rotary_dim, int) and 0 < rotary_dim <= self.head_dim
-                                  and rotary_dim % 2 == 0), where, lambda: f"rotary=True needs an even "
-                   f"`rotary_dim` in 2..D={self.head_dim} (pairs of coordinates turn together); got {rotary_dim}")
+        check.that(not rotary or type(rotary_dim) is int and 0 < rotary_dim <= self.head_dim and rotary_dim % 2 == 0,
+                   where, lambda: f"rotary=True needs an even `rotary_dim` in 2..D={self.head_dim}; got {rotary_dim}")
         check.number(where, "rotary_base", rotary_base, "a number > 1", lambda b: b > 1)
         check.one_of(where, "rotary_layout", rotary_layout, ("half", "interleaved"))
         check.positive_int(where, "window", window, optional=True)
@@ -373,16 +365,14 @@ class CausalSelfAttention(_MultiHead):
             None, 1.0)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (R/2,) float64, or None
         factory = {"device": device, "dtype": dtype}
-        if qk_norm:
-            self.q_norm = nn.RMSNorm(self.head_dim, eps=norm_eps, **factory)  # weight (D,)
-            self.k_norm = nn.RMSNorm(self.head_dim, eps=norm_eps, **factory)  # weight (D,)
+        if qk_norm:  # weights (D,) each, shared by the heads
+            self.q_norm, self.k_norm = (nn.RMSNorm(self.head_dim, eps=norm_eps, **factory) for _ in "qk")
         self.gate_proj = nn.Linear(embed_dim, num_heads * self.head_dim, bias=bias, **factory) if gate else None
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
                 f"dropout={self.dropout}, backend={self.backend!r}, max_len={self.max_len}, rotary={self.rotary}, "
-                f"window={self.window}, head_dim={self.head_dim}, qk_norm={self.qk_norm}, "
-                f"gate={self.gate_proj is not None}")
+                f"window={self.window}, head_dim={self.head_dim}, qk_norm={self.qk_norm}, gate={bool(self.gate_proj)}")
 
     def new_cache(self, batch_size: int, max_len: int) -> KVCache:
         """An empty :class:`KVCache` that fits this module (its key/value heads, width, dtype and
@@ -446,16 +436,11 @@ class CausalSelfAttention(_MultiHead):
         return q, k
 
     def _rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Rotate the first ``rotary_dim`` coordinates (all by default) with the module's table,
-        times the table's attention factor (YaRN's; 1 otherwise).
-
-        Shapes:
-            x (B, H, L, D), positions (L,) -> (B, H, L, D)
-        """
+        """The first ``rotary_dim`` coordinates (all by default) turned with the module's table, times
+        its attention factor (YaRN's; 1 otherwise). Shapes: x (B, H, L, D), positions (L,) -> (B, H, L, D)"""
         R = self.rotary_dim
         turned = apply_rotary(x[..., :R], positions, layout=self.rotary_layout, inv_freq=self.inv_freq)
-        if self.attention_factor != 1.0:
-            turned = turned * self.attention_factor
+        turned = turned * self.attention_factor  # times 1.0 is exact
         return turned if R == x.shape[-1] else torch.cat([turned, x[..., R:]], dim=-1)  # (B, H, L, D)
 
     @classmethod
