@@ -1,7 +1,9 @@
 """Argument checks for the whole package, so that each public function shows its idea first.
 
-A public function checks each argument with ONE call to a helper here. One kind of mistake, one
-exception type, everywhere:
+A public function checks its arguments with ONE call to a helper here, at its entry; what it calls
+inside the package is not checked again (``attention`` hands its checked arguments to
+``_attention``, and the modules call ``_attention``, ``_split_heads`` and ``_merge_heads``). One
+kind of mistake, one exception type, everywhere:
 
 * ``TypeError``: the argument has the wrong type or dtype (a list for a tensor, a float for an int,
   integer scores, a float mask of another dtype, the string ``"float32"`` for a dtype);
@@ -11,9 +13,12 @@ exception type, everywhere:
 Every message names the function (``where``), the argument, what it got and what was expected. A
 check computes nothing for its caller: it returns None (the checks of one number, such as
 ``positive_int``, hand back the number they were given, unchanged). The modules call these
-helpers on every forward, so a message is a ``lambda``, formatted only when its check fails (a
-forward's checks cost about 10 µs; a floating mask's values are checked by one reduction, about
-1 µs). Tensors that go together are
+helpers on every forward, so they must cost little beside the idea (``make bench`` reports the
+share, against a target of 10%): shapes are compared as plain tuples (never through
+``torch.broadcast_shapes``, which costs tens of µs), a message is a ``lambda``, formatted only
+when its check fails, and the usual call of a hot entry (``attention_call``, ``causal_call``) and
+any group of :func:`tensors` first pass a quick comparison, the explaining checks running only when
+it fails. A floating mask's values are checked by one reduction. Tensors that go together are
 checked by one helper, :func:`tensors`, from their shapes written as in the docstrings
 ("B, L, E"): one letter is one size in every tensor. The helpers are private (import the module)
 and, being private, carry no type annotations: each docstring says what it accepts.
@@ -354,6 +359,40 @@ def multihead_call(where, module, query, key, value, attn_mask, padding, is_caus
     weights_request(where, module.backend, need_weights, average)
 
 
+def multihead_options(where, embed_dim, num_heads, kdim, vdim, num_kv_heads, bias, dropout, backend, backends, device_,
+                      dtype, head_dim=None):
+    """A multi-head module's widths (E, kdim, vdim positive ints), heads (H divides E unless a
+    ``head_dim`` is given, H_kv divides H), ``bias``, ``dropout``, ``backend`` (one of
+    ``backends``), ``device`` and ``dtype``."""
+    positive_ints(where, embed_dim=embed_dim, kdim=kdim, vdim=vdim)
+    if head_dim is None:
+        heads(where, "embed_dim", embed_dim, num_heads)
+    else:
+        positive_ints(where, num_heads=num_heads, head_dim=head_dim)
+    that(positive_int(where, "num_kv_heads", num_kv_heads) and num_heads % num_kv_heads == 0, where,
+         lambda: f"`num_kv_heads`={num_kv_heads} must divide num_heads={num_heads}")
+    flags(where, bias=bias)
+    probability(where, "dropout", dropout)
+    one_of(where, "backend", backend, backends)
+    device(where, "device", device_)
+    floating_dtype(where, "dtype", dtype)
+
+
+def causal_options(where, head_dim, max_len, rotary, rotary_base, window, rotary_dim=None):
+    """A causal self-attention's ``max_len`` (None or >= 1), ``rotary`` (which needs an even
+    per-head width D, or an even ``rotary_dim`` in 2..D), ``rotary_base`` > 1 and ``window``
+    (None or >= 1)."""
+    positive_int(where, "max_len", max_len, optional=True)
+    flag(where, "rotary", rotary)
+    that(not rotary or head_dim % 2 == 0 or rotary_dim is not None, where, lambda: f"rotary=True needs an even "
+         f"per-head width D = embed_dim / num_heads (pairs of coordinates turn together); got D={head_dim}")
+    that(not rotary or rotary_dim is None or type(rotary_dim) is int and 0 < rotary_dim <= head_dim
+         and rotary_dim % 2 == 0, where, lambda: f"rotary=True needs an even `rotary_dim` in 2..D={head_dim}; "
+         f"got {rotary_dim}")
+    number(where, "rotary_base", rotary_base, "a number > 1", lambda b: b > 1)
+    positive_int(where, "window", window, optional=True)
+
+
 def causal_call(where, module, x, cache, cache_type, need_weights, average):
     """A causal self-attention's x (B, L, E) of its dtype; its ``cache``, None or a ``cache_type``
     made by its ``new_cache`` (its key/value heads, a window at least its own) with room for the L
@@ -415,6 +454,30 @@ def decoder_call(where, model, tokens, caches, cache_type, need_weights):
          lambda: f"{offset} cached + {tokens.shape[1]} new positions exceed max_len={model.max_len}")
 
 
+def encode_call(where, model, src, padding):
+    """An encoder-decoder's (B, S) source tokens (1 <= S <= max_len) and its padding mask, with at
+    least one real token per source."""
+    token_ids(where, "src", src, model.vocab_size)
+    that(1 <= src.shape[1] <= model.max_len, where,
+         lambda: f"`src` has length {src.shape[1]}; expected 1..max_len={model.max_len}")
+    key_mask(where, padding, (*src.shape, src.shape[1]))
+    that(padding is None or bool(padding.any(dim=-1).all()), where,
+         "`key_mask` has a row that is all False: every source needs a real token")
+
+
+def decode_call(where, model, tgt_in, memory):
+    """An encoder-decoder's (B, L) target tokens (1 <= L <= max_len) and the encoder's output
+    ``memory`` (B, S, E) for the same B."""
+    token_ids(where, "tgt_in", tgt_in, model.vocab_size)
+    that(1 <= tgt_in.shape[1] <= model.max_len, where,
+         lambda: f"`tgt_in` has length {tgt_in.shape[1]}; expected 1..max_len={model.max_len}")
+    tensor(where, "memory", memory, letters="B, S, E", floating=True)
+    that(memory.shape[-1] == model.embed_dim, where, lambda: f"`memory` must be the encoder's output "
+         f"(B, S, E={model.embed_dim}); got {tuple(memory.shape)}")
+    that(len(memory) == len(tgt_in), where, lambda: f"`tgt_in` and `memory` must have the same batch "
+         f"size B; got {tuple(tgt_in.shape)} and {tuple(memory.shape)}")
+
+
 def generate_call(where, model, prompt, num_new_tokens, use_cache, return_logits):
     """A causal model's (B, L0) ``prompt`` of at least one token, ``num_new_tokens`` >= 0 that fit in
     its ``max_len``, and two flags."""
@@ -427,9 +490,10 @@ def generate_call(where, model, prompt, num_new_tokens, use_cache, return_logits
     flags(where, use_cache=use_cache, return_logits=return_logits)
 
 
-def rotary_inputs(where, x, positions, base):
-    """x (..., L, D) floating with D even, positions (L,) integers, base > 1."""
+def rotary_inputs(where, x, positions, base, layout="half"):
+    """x (..., L, D) floating with D even, positions (L,) integers, base > 1, a known layout."""
     tensor(where, "x", x, floating=True, min_ndim=2)
     that(x.shape[-1] % 2 == 0, where, lambda: f"`x` must have an even width D (pairs); got {tuple(x.shape)}")
     tensor(where, "positions", positions, "L", dtype=(torch.int64, torch.int32), sizes=[(0, x.shape[-2], "L")])
     number(where, "base", base, "a number > 1", lambda b: b > 1)
+    that(layout in ("half", "interleaved"), where, lambda: f"`layout` must be 'half' or 'interleaved'; got {layout!r}")

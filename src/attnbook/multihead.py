@@ -64,21 +64,12 @@ class _MultiHead(nn.Module):
                  head_dim: int | None = None) -> None:
         super().__init__()
         kdim, vdim = embed_dim if kdim is None else kdim, embed_dim if vdim is None else vdim
-        check.positive_ints(where, embed_dim=embed_dim, kdim=kdim, vdim=vdim)
-        if head_dim is None:
-            check.heads(where, "embed_dim", embed_dim, num_heads)
-        check.positive_ints(where, num_heads=num_heads, head_dim=head_dim or embed_dim // num_heads)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        check.that(check.positive_int(where, "num_kv_heads", num_kv_heads) and num_heads % num_kv_heads == 0, where,
-                   lambda: f"`num_kv_heads`={num_kv_heads} must divide num_heads={num_heads}")
-        check.flags(where, bias=bias)
-        check.probability(where, "dropout", dropout)
-        check.one_of(where, "backend", backend, BACKENDS)
+        check.multihead_options(where, embed_dim, num_heads, kdim, vdim, num_kv_heads, bias, dropout, backend,
+                                BACKENDS, device, dtype, head_dim)
         check.flags(where, sinks=sinks)
         check.that(not sinks or backend == "math", where, "sinks=True needs backend='math' (PyTorch's fused kernels "
                    "have no sink logit)")
-        check.device(where, "device", device)
-        check.floating_dtype(where, "dtype", dtype)
         D = head_dim or embed_dim // num_heads  # E / H unless given (Qwen3, Gemma 3: D·H != E)
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, D
         self.num_kv_heads, kv_width = num_kv_heads, num_kv_heads * D  # H_kv, H_kv * D
@@ -345,14 +336,10 @@ class CausalSelfAttention(_MultiHead):
         where = "CausalSelfAttention"
         super().__init__(where, embed_dim, num_heads, num_kv_heads=num_kv_heads, bias=bias, dropout=dropout,
                          backend=backend, sinks=sinks, device=device, dtype=dtype, head_dim=head_dim)
-        check.positive_int(where, "max_len", max_len, optional=True)
-        check.flags(where, rotary=rotary, qk_norm=qk_norm, gate=gate)
+        check.causal_options(where, self.head_dim, max_len, rotary, rotary_base, window, rotary_dim)
+        check.flags(where, qk_norm=qk_norm, gate=gate)
         rotary_dim = self.head_dim if rotary_dim is None else rotary_dim
-        check.that(not rotary or type(rotary_dim) is int and 0 < rotary_dim <= self.head_dim and rotary_dim % 2 == 0,
-                   where, lambda: f"rotary=True needs an even `rotary_dim` in 2..D={self.head_dim}; got {rotary_dim}")
-        check.number(where, "rotary_base", rotary_base, "a number > 1", lambda b: b > 1)
         check.one_of(where, "rotary_layout", rotary_layout, ("half", "interleaved"))
-        check.positive_int(where, "window", window, optional=True)
         check.that(sink_tokens == 0 or window is not None and check.positive_int(where, "sink_tokens", sink_tokens),
                    where, lambda: f"`sink_tokens` must be 0, or an int > 0 with a window; got {sink_tokens!r}")
         check.number(where, "scale", 1.0 if scale is None else scale, "a number > 0", lambda s: s > 0)
