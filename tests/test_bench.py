@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from attnbook_tools import bench
 
@@ -37,6 +38,10 @@ def test_bench_smoke_run_writes_results_and_table(tmp_path, capsys):
     assert step["cache_bytes"]["mha"] == 2 * S * E * 4 == step["cache_bytes"]["gqa"] * H // H_kv
     assert step["same_as_full"] == {"mha": True, "gqa": True}
     assert set(step["seconds"]) == {"mha", "gqa", "recompute"}
+    # the checks' cost: for each of the three calls, a time and the part of it the checks take
+    assert len(results["checks"]) == 3
+    assert all(0 < row["seconds"]["checks"] < row["seconds"]["call"] for row in results["checks"])
+    assert results["checks"][0]["check_calls"] == ["attention_call"]
 
     table = capsys.readouterr().out
     assert table.startswith("| measure | configuration | ratio | target | met |")
@@ -45,11 +50,10 @@ def test_bench_smoke_run_writes_results_and_table(tmp_path, capsys):
 
 
 def test_interleaved_medians_calls_each_in_turn():
-    from attnbook_tools import measure
+    from attnbook_tools.measure import interleaved_medians
 
-    assert bench.interleaved_medians is measure.interleaved_medians  # one timing API, in measure
     calls = []
-    medians = bench.interleaved_medians(
+    medians = interleaved_medians(
         {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3, warmup=1
     )
     assert calls == ["a", "b"] * 4
@@ -58,11 +62,31 @@ def test_interleaved_medians_calls_each_in_turn():
 
 @pytest.mark.parametrize("repeats, error", [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError)])
 def test_interleaved_medians_rejects_bad_repeats(repeats, error, raises_naming):
+    from attnbook_tools.measure import interleaved_medians
+
     with raises_naming(error, "`repeats`", repr(repeats)):
-        bench.interleaved_medians({"a": lambda: None}, repeats=repeats)
+        interleaved_medians({"a": lambda: None}, repeats=repeats)
 
 
-def test_bench_rejects_bad_threads(capsys):
-    with pytest.raises(SystemExit):
-        bench.main(["--smoke", "--threads", "0"])
-    assert "--threads" in capsys.readouterr().err
+def test_the_timer_measures_each_function_in_turn_and_tells_slow_from_fast():
+    import time
+
+    order = []
+    medians = bench.timed_medians({"slow": lambda: (order.append("slow"), time.sleep(0.004)),
+                                   "fast": lambda: order.append("fast")}, rounds=3, min_run_time=0.002)
+    assert 0.004 <= medians["slow"] < 1 and medians["fast"] < medians["slow"] / 4
+    # the slow one runs once per round (after its warm-up call), between the fast one's blocks
+    assert order.count("slow") == 4 and order[0] == "slow" and order.index("fast") == 1
+
+
+def test_the_checks_of_a_call_are_recorded_once_each_and_put_back():
+    from attnbook import _checks
+    from attnbook.functional import attention
+
+    q = torch.randn(1, 2, 3, 4)
+    before = _checks.attention_call
+    checks = bench.recorded_checks(lambda: attention(q, q, q))
+    assert [f.__name__ for f, _, _ in checks] == ["attention_call"]  # its own inner checks are part of it
+    assert _checks.attention_call is before
+    with pytest.raises(TypeError, match="`query` must be a tensor"):
+        attention([1.0], [1.0], [1.0])

@@ -1,7 +1,9 @@
 """Argument checks for the whole package, so that each public function shows its idea first.
 
-A public function checks each argument with ONE call to a helper here. One kind of mistake, one
-exception type, everywhere:
+A public function checks its arguments with ONE call to a helper here, at its entry; what it calls
+inside the package is not checked again (``attention`` hands its checked arguments to
+``_attention``, and the modules call ``_attention``, ``_split_heads`` and ``_merge_heads``). One
+kind of mistake, one exception type, everywhere:
 
 * ``TypeError``: the argument has the wrong type or dtype (a list for a tensor, a float for an int,
   integer scores, a float mask of another dtype, the string ``"float32"`` for a dtype);
@@ -11,9 +13,12 @@ exception type, everywhere:
 Every message names the function (``where``), the argument, what it got and what was expected. A
 check computes nothing for its caller: it returns None (the checks of one number, such as
 ``positive_int``, hand back the number they were given, unchanged). The modules call these
-helpers on every forward, so a message is a ``lambda``, formatted only when its check fails (a
-forward's checks cost about 10 µs; a floating mask's values are checked by one reduction, about
-1 µs). Tensors that go together are
+helpers on every forward, so they must cost little beside the idea (``make bench`` reports the
+share, against a target of 10%): shapes are compared as plain tuples (never through
+``torch.broadcast_shapes``, which costs tens of µs), a message is a ``lambda``, formatted only
+when its check fails, and the usual call of a hot entry (``attention_call``, ``causal_call``) and
+any group of :func:`tensors` first pass a quick comparison, the explaining checks running only when
+it fails. A floating mask's values are checked by one reduction. Tensors that go together are
 checked by one helper, :func:`tensors`, from their shapes written as in the docstrings
 ("B, L, E"): one letter is one size in every tensor. The helpers are private (import the module)
 and, being private, carry no type annotations: each docstring says what it accepts.
@@ -36,11 +41,19 @@ def described(value):
 
 
 def _broadcast(*shapes):
-    """``torch.broadcast_shapes``, or None where it raises."""
-    try:
-        return tuple(torch.broadcast_shapes(*shapes))
-    except RuntimeError:
-        return None
+    """The shape that ``shapes`` (tuples of sizes) broadcast to, or None where they do not: aligned
+    from the right, each size is 1 or the one size of its column. Plain Python on the tuples, as
+    ``torch.broadcast_shapes`` (which costs tens of µs) would compute it."""
+    if shapes and shapes.count(shapes[0]) == len(shapes):  # the usual case: one shape
+        return tuple(shapes[0])
+    out = [1] * max(map(len, shapes), default=0)
+    for shape in shapes:
+        for i, size in enumerate(shape, len(out) - len(shape)):
+            if size != 1:
+                if out[i] != 1 and out[i] != size:
+                    return None
+                out[i] = size
+    return tuple(out)
 
 
 def that(condition, where, message, error=ValueError):
@@ -59,6 +72,8 @@ def instance(where, name, value, kind, text):
 
 def number(where, name, value, text, ok, kind=Real):
     """``value`` if it is a number of ``kind`` (not a bool) for which ``ok`` holds (``text`` says which)."""
+    if type(value) in ((int,) if kind is int else (int, float) if kind is Real else ()) and ok(value):
+        return value
     instance(where, name, value, kind, text)
     that(ok(value), where, lambda: f"`{name}` must be {text}; got {value!r}")
     return value
@@ -68,9 +83,12 @@ def _numbers(text, ok, kind=Real):
     """The checks of one such number, ``one(where, name, value)``, which hands it back (None passes
     with ``optional=True``), and of many, ``many(where, B=2, H=4)``: a TypeError for a wrong type, a
     ValueError for a wrong value."""
+    plain = {int: (int,), bool: (bool,)}.get(kind, (int, float))  # the types that take the quick path
+
     def one(where, name, value, optional=False):
-        return value if optional and value is None else number(where, name, value, text + optional * " or None", ok,
-                                                               kind)
+        if type(value) in plain and ok(value) or optional and value is None:
+            return value
+        return number(where, name, value, text + optional * " or None", ok, kind)
 
     def many(where, **values):
         for name, value in values.items():
@@ -101,13 +119,19 @@ def dim(where, name, value, ndim):
            lambda d: -max(ndim, 1) <= d < max(ndim, 1), int)
 
 
+_available_devices = {None}  # the devices found on this machine so far: each is tried once
+
+
 def device(where, name, value):
     """None, a ``torch.device``, or a string or index naming a device that this machine has."""
+    if type(value) in (torch.device, str, int, type(None)) and value in _available_devices:
+        return
     instance(where, name, value, (torch.device, str, int, type(None)), "a torch.device, a device name, or None")
     try:
         torch.empty(0, device=value)
     except (RuntimeError, AssertionError) as error:  # an unknown name, or a device this machine lacks
         raise ValueError(f"{where}: `{name}`={value!r} is not available here ({str(error).splitlines()[0]})") from None
+    _available_devices.add(value)
 
 
 def floating_dtype(where, name, value):
@@ -115,6 +139,13 @@ def floating_dtype(where, name, value):
     that(value is None or isinstance(value, torch.dtype) and value.is_floating_point, where, lambda: f"`{name}` must "
          f"be a floating torch.dtype or None; got {value!r}" + (f" (write torch.{value})" if isinstance(value, str)
                                                                and hasattr(torch, value) else ""), TypeError)
+
+
+def causal_mask_call(where, L, S, device_, window):
+    """A causal mask's sizes L, S >= 0, its ``device`` and its ``window`` (None or >= 1)."""
+    nonnegative_ints(where, L=L, S=S)
+    device(where, "device", device_)
+    positive_int(where, "window", window, optional=True)
 
 
 # ----------------------------------------------------------------------------- tensors and masks
@@ -141,12 +172,50 @@ def tensor(where, name, value, letters=None, *, floating=False, min_ndim=0, dtyp
              f"{tuple(value.shape)}")
 
 
+_letters = {}  # a shape as written ("..., L, D") -> (its letters, whether leading dims may come first)
+
+
+def _parse(shape):
+    if shape not in _letters:
+        _letters[shape] = (tuple(shape.removeprefix("..., ").split(", ")), "..." in shape)
+    return _letters[shape]
+
+
+def _tensors_fit(named, dtype, known):
+    """Whether :func:`tensors` passes, computed on the shape tuples alone (its quick path)."""
+    seen, first = {}, None
+    for t, shape in named.values():
+        if not isinstance(t, Tensor):
+            return False
+        letters, leading = _letters.get(shape) or _parse(shape)
+        sizes, n = t.shape, len(letters)
+        if len(sizes) != n and not (leading and len(sizes) > n):
+            return False
+        if first is None:  # the first tensor's dtype, which every other one shares
+            first = t.dtype
+            if not (first in dtype if isinstance(dtype, tuple) else first == dtype if dtype else
+                    first.is_floating_point):
+                return False
+        elif t.dtype != first:
+            return False
+        for i, x in enumerate(letters, len(sizes) - n):
+            if seen.setdefault(x, sizes[i]) != sizes[i]:
+                return False
+    for x, (size, _) in known.items():
+        if size is not None and seen.get(x, size) != size:
+            return False
+    return True
+
+
 def tensors(where, named, *, dtype=None, names=None, **known):
     """Tensors that go together, ``named`` as {name: (tensor, shape)} with shapes written as in the
     docstrings: "B, L, E", or "..., L, D" for any leading dims. Each is a tensor of those dims,
     floating (or of ``dtype``), and all share one dtype. A letter is one size in every tensor;
     ``known`` gives some sizes with the name a message uses, ``E=(8, "embed_dim")``; ``names``
-    overrides how a message calls a letter ("width D" and the like)."""
+    overrides how a message calls a letter ("width D" and the like). The sizes are compared as
+    plain tuples first; only a mistake goes through the checks below, which say what it is."""
+    if _tensors_fit(named, dtype, known):
+        return
     names, first = {"B": "batch size B", "L": "length L", "S": "length S", "D": "width D", **(names or {})}, {}
     for name, (t, shape) in named.items():
         letters = shape.removeprefix("..., ").split(", ")
@@ -224,7 +293,15 @@ def lengths(where, value, max_len):
 # ----------------------------------------------------------------------------- the inputs of each function
 def attention_call(where, q, k, v, attn_mask, padding, is_causal, scale, dropout_p):
     """An attention function's query (..., L, D), key (..., S, D) and value (..., S, Dv), ``mask``,
-    ``key_mask``, ``is_causal``, ``scale`` and ``dropout_p``."""
+    ``key_mask``, ``is_causal``, ``scale`` and ``dropout_p``. The usual call (three floating tensors
+    of one dtype and one leading shape, no masks, the default scale) passes on a few comparisons."""
+    if (attn_mask is None and padding is None and scale is None and type(is_causal) is bool
+            and type(dropout_p) in (int, float) and 0 <= dropout_p < 1
+            and isinstance(q, Tensor) and isinstance(k, Tensor) and isinstance(v, Tensor)
+            and q.dtype.is_floating_point and q.dtype == k.dtype == v.dtype and min(q.dim(), k.dim(), v.dim()) >= 2
+            and q.shape[:-2] == k.shape[:-2] == v.shape[:-2] and q.shape[-1] == k.shape[-1]
+            and k.shape[-2] == v.shape[-2]):
+        return
     tensors(where, {"query": (q, "..., L, D"), "key": (k, "..., S, D"), "value": (v, "..., S, Dv")})
     lead = _broadcast(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     that(lead is not None, where, lambda: f"the leading dims of `query` {tuple(q.shape)}, `key` {tuple(k.shape)} "
@@ -234,6 +311,20 @@ def attention_call(where, q, k, v, attn_mask, padding, is_causal, scale, dropout
     flag(where, "is_causal", is_causal)
     number(where, "scale", 1.0 if scale is None else scale, "a finite real number or None", math.isfinite)
     probability(where, "dropout_p", dropout_p)
+
+
+def split_heads_call(where, x, num_heads):
+    """A (B, L, E) tensor whose width E ``num_heads`` divides."""
+    tensor(where, "x", x, letters="B, L, E")
+    heads(where, "x", x.shape[-1], num_heads)
+
+
+def softmax_call(where, scores, attn_mask, axis):
+    """A masked softmax's floating ``scores``, a valid ``dim`` (``axis``) of them, and a ``mask``
+    that broadcasts to them."""
+    tensor(where, "scores", scores, floating=True)
+    dim(where, "dim", axis, scores.dim())
+    mask(where, "mask", attn_mask, scores.shape, scores.dtype, "the `scores` shape")
 
 
 def score_inputs(where, score, queries, keys):
@@ -268,6 +359,56 @@ def multihead_call(where, module, query, key, value, attn_mask, padding, is_caus
     weights_request(where, module.backend, need_weights, average)
 
 
+def multihead_options(where, embed_dim, num_heads, kdim, vdim, num_kv_heads, bias, dropout, backend, backends, device_,
+                      dtype):
+    """A multi-head module's widths (E, kdim, vdim positive ints), heads (H divides E, H_kv divides
+    H), ``bias``, ``dropout``, ``backend`` (one of ``backends``), ``device`` and ``dtype``."""
+    positive_ints(where, embed_dim=embed_dim, kdim=kdim, vdim=vdim)
+    heads(where, "embed_dim", embed_dim, num_heads)
+    that(positive_int(where, "num_kv_heads", num_kv_heads) and num_heads % num_kv_heads == 0, where,
+         lambda: f"`num_kv_heads`={num_kv_heads} must divide num_heads={num_heads}")
+    flags(where, bias=bias)
+    probability(where, "dropout", dropout)
+    one_of(where, "backend", backend, backends)
+    device(where, "device", device_)
+    floating_dtype(where, "dtype", dtype)
+
+
+def causal_options(where, head_dim, max_len, rotary, rotary_base, window):
+    """A causal self-attention's ``max_len`` (None or >= 1), ``rotary`` (which needs an even
+    per-head width D), ``rotary_base`` > 1 and ``window`` (None or >= 1)."""
+    positive_int(where, "max_len", max_len, optional=True)
+    flag(where, "rotary", rotary)
+    that(not rotary or head_dim % 2 == 0, where, lambda: f"rotary=True needs an even per-head width "
+         f"D = embed_dim / num_heads (pairs of coordinates turn together); got D={head_dim}")
+    number(where, "rotary_base", rotary_base, "a number > 1", lambda b: b > 1)
+    positive_int(where, "window", window, optional=True)
+
+
+def causal_call(where, module, x, cache, cache_type, need_weights, average):
+    """A causal self-attention's x (B, L, E) of its dtype; its ``cache``, None or a ``cache_type``
+    made by its ``new_cache`` (its key/value heads, a window at least its own) with room for the L
+    new positions within ``max_len``; flags. The usual call passes on a few comparisons."""
+    past = 0 if cache is None or type(cache) is not cache_type else cache.length
+    if (isinstance(x, Tensor) and x.dim() == 3 and x.shape[-1] == module.embed_dim and need_weights is False
+            and type(average) is bool and (module.max_len is None or past + x.shape[1] <= module.max_len)
+            and (cache is None or type(cache) is cache_type and cache.num_heads == module.num_kv_heads
+                 and (cache.window is None or module.window is not None and cache.window >= module.window))
+            and x.dtype == module.out_proj.weight.dtype):
+        return
+    tensor(where, "x", x, "B, L, E", dtype=module.out_proj.weight.dtype, sizes=[(-1, module.embed_dim, "E")])
+    if cache is not None:
+        instance(where, "cache", cache, cache_type, "an attnbook.kv_cache.KVCache or None")
+        that(cache.num_heads == module.num_kv_heads, where, lambda: f"`cache` holds num_heads={cache.num_heads} "
+             f"heads, not num_kv_heads={module.num_kv_heads} (make it with new_cache)")
+        that((cache.window or math.inf) >= (module.window or math.inf), where, lambda: f"`cache` keeps "
+             f"window={cache.window} positions; queries see window={module.window} (make it with new_cache)")
+    L, past = x.shape[1], 0 if cache is None else len(cache)
+    that(module.max_len is None or past + L <= module.max_len, where,
+         lambda: f"{past} cached + {L} new = {past + L} positions exceed `max_len`={module.max_len}")
+    weights_request(where, module.backend, need_weights, average)
+
+
 def weights_request(where, backend, need_weights, average_attn_weights):
     """``need_weights`` and ``average_attn_weights`` are flags, and the weights exist on this backend."""
     flags(where, need_weights=need_weights, average_attn_weights=average_attn_weights)
@@ -286,14 +427,65 @@ def cache_append(where, cache, k, v):
 def token_ids(where, name, value, vocab_size):
     """A (B, L) tensor of integer token ids in 0..vocab_size-1."""
     tensor(where, name, value, letters="B, L", dtype=(torch.int64, torch.int32))
-    low, high = (int(value.min()), int(value.max())) if value.numel() else (0, 0)
+    low, high = map(int, value.aminmax()) if value.numel() else (0, 0)
     that(0 <= low and high < vocab_size, where, lambda: f"`{name}` holds the id {low if low < 0 else high}, "
          f"outside the vocabulary of vocab_size={vocab_size} (ids 0..{vocab_size - 1})")
 
 
-def rotary_inputs(where, x, positions, base):
-    """x (..., L, D) floating with D even, positions (L,) integers, base > 1."""
+def decoder_call(where, model, tokens, caches, cache_type, need_weights):
+    """A causal model's (B, L) ``tokens`` in its vocabulary; ``caches`` None or one ``cache_type`` per
+    layer, with room for the L tokens within its ``max_len``; ``need_weights`` a flag."""
+    token_ids(where, "tokens", tokens, model.vocab_size)
+    flag(where, "need_weights", need_weights)
+    that(caches is None or isinstance(caches, (list, tuple)) and all(isinstance(c, cache_type) for c in caches), where,
+         lambda: f"`caches` must be a list of KVCache (one per layer); got {described(caches)}", TypeError)
+    that(caches is None or len(caches) == model.num_layers, where, lambda: f"`caches` must hold "
+         f"{model.num_layers} KVCache (one per layer); got {len(caches or [])}")
+    offset = 0 if caches is None else len(caches[0])
+    that(offset + tokens.shape[1] <= model.max_len, where,
+         lambda: f"{offset} cached + {tokens.shape[1]} new positions exceed max_len={model.max_len}")
+
+
+def encode_call(where, model, src, padding):
+    """An encoder-decoder's (B, S) source tokens (1 <= S <= max_len) and its padding mask, with at
+    least one real token per source."""
+    token_ids(where, "src", src, model.vocab_size)
+    that(1 <= src.shape[1] <= model.max_len, where,
+         lambda: f"`src` has length {src.shape[1]}; expected 1..max_len={model.max_len}")
+    key_mask(where, padding, (*src.shape, src.shape[1]))
+    that(padding is None or bool(padding.any(dim=-1).all()), where,
+         "`key_mask` has a row that is all False: every source needs a real token")
+
+
+def decode_call(where, model, tgt_in, memory):
+    """An encoder-decoder's (B, L) target tokens (1 <= L <= max_len) and the encoder's output
+    ``memory`` (B, S, E) for the same B."""
+    token_ids(where, "tgt_in", tgt_in, model.vocab_size)
+    that(1 <= tgt_in.shape[1] <= model.max_len, where,
+         lambda: f"`tgt_in` has length {tgt_in.shape[1]}; expected 1..max_len={model.max_len}")
+    tensor(where, "memory", memory, letters="B, S, E", floating=True)
+    that(memory.shape[-1] == model.embed_dim, where, lambda: f"`memory` must be the encoder's output "
+         f"(B, S, E={model.embed_dim}); got {tuple(memory.shape)}")
+    that(len(memory) == len(tgt_in), where, lambda: f"`tgt_in` and `memory` must have the same batch "
+         f"size B; got {tuple(tgt_in.shape)} and {tuple(memory.shape)}")
+
+
+def generate_call(where, model, prompt, num_new_tokens, use_cache, return_logits):
+    """A causal model's (B, L0) ``prompt`` of at least one token, ``num_new_tokens`` >= 0 that fit in
+    its ``max_len``, and two flags."""
+    token_ids(where, "prompt", prompt, model.vocab_size)
+    that(prompt.shape[1] > 0, where, lambda: f"`prompt` must hold at least one token per sequence; "
+         f"got shape {tuple(prompt.shape)}")
+    nonnegative_int(where, "num_new_tokens", num_new_tokens)
+    that(prompt.shape[1] + num_new_tokens <= model.max_len, where, lambda: f"prompt length "
+         f"{prompt.shape[1]} + num_new_tokens {num_new_tokens} exceeds max_len={model.max_len}")
+    flags(where, use_cache=use_cache, return_logits=return_logits)
+
+
+def rotary_inputs(where, x, positions, base, layout="half"):
+    """x (..., L, D) floating with D even, positions (L,) integers, base > 1, a known layout."""
     tensor(where, "x", x, floating=True, min_ndim=2)
     that(x.shape[-1] % 2 == 0, where, lambda: f"`x` must have an even width D (pairs); got {tuple(x.shape)}")
     tensor(where, "positions", positions, "L", dtype=(torch.int64, torch.int32), sizes=[(0, x.shape[-2], "L")])
     number(where, "base", base, "a number > 1", lambda b: b > 1)
+    that(layout in ("half", "interleaved"), where, lambda: f"`layout` must be 'half' or 'interleaved'; got {layout!r}")

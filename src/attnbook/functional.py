@@ -66,9 +66,12 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) ->
     Shapes:
         scores (..., S), mask broadcastable to (..., S) -> weights (..., S)
     """
-    check.tensor("masked_softmax", "scores", scores, floating=True)
-    check.dim("masked_softmax", "dim", dim, scores.dim())
-    check.mask("masked_softmax", "mask", mask, scores.shape, scores.dtype, "the `scores` shape")
+    check.softmax_call("masked_softmax", scores, mask, dim)
+    return _masked_softmax(scores, mask, dim)
+
+
+def _masked_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) -> Tensor:
+    """:func:`masked_softmax` for callers that have checked its inputs (:func:`attention`)."""
     blocked = apply_mask(upcast(scores), upcast(mask))  # -inf where blocked
     empty = torch.isneginf(blocked).all(dim, keepdim=True)  # rows with no key to attend to
     weights = torch.softmax(blocked.masked_fill(empty, 0.0), dim)  # the fill keeps 0/0 = NaN out
@@ -130,6 +133,19 @@ def attention(
     check.that(sinks is None or isinstance(sinks, Tensor) and sinks.is_floating_point() and sinks.shape == heads
                != (), "attention", lambda: f"`sinks` must be a floating tensor (H,), H the dim before (L, S) of the "
                f"scores ({heads[0] if heads else 'none here'}); got {check.described(sinks)}")
+    return _attention(q, k, v, mask, key_mask=key_mask,
+                      is_causal=is_causal, scale=scale,
+                      dropout_p=dropout_p, sinks=sinks)
+
+
+def _attention(q, k, v, mask=None, *, key_mask=None,
+               is_causal=False, scale=None, dropout_p=0.0, sinks=None):
+    """:func:`attention` itself, for callers that have checked
+    its arguments (the multi-head modules' readable path).
+
+    Shapes:
+        as :func:`attention`
+    """
     dtype, L, S = q.dtype, q.shape[-2], k.shape[-2]
     # the dtype policy: fp16/bf16 in fp32
     q, k, v, mask = upcast(q), upcast(k), upcast(v), upcast(mask)
@@ -141,10 +157,10 @@ def attention(
         ndim=scores.dim(), device=q.device,
     )
     if sinks is None:
-        weights = masked_softmax(scores, allowed)  # (..., L, S)
+        weights = _masked_softmax(scores, allowed)  # (..., L, S)
     else:  # one more logit per row, s_h, that takes weight and holds no value
         sink = upcast(sinks).to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)  # (..., H, L, 1)
-        weights = masked_softmax(torch.cat([apply_mask(scores, allowed), sink], -1))[..., :-1]  # (..., L, S)
+        weights = _masked_softmax(torch.cat([apply_mask(scores, allowed), sink], -1))[..., :-1]  # (..., L, S)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     output = weights @ v  # (..., L, Dv)
@@ -197,8 +213,17 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     Shapes:
         x (B, L, E) -> (B, H, L, D)
     """
-    check.tensor("split_heads", "x", x, letters="B, L, E")
-    check.heads("split_heads", "x", x.shape[-1], num_heads)
+    check.split_heads_call("split_heads", x, num_heads)
+    return _split_heads(x, num_heads)
+
+
+def _split_heads(x: Tensor, num_heads: int) -> Tensor:
+    """:func:`split_heads` itself, for callers that have
+    checked its arguments.
+
+    Shapes:
+        x (B, L, E) -> (B, H, L, D)
+    """
     B, L, E = x.shape
     D = E // num_heads
     return x.view(B, L, num_heads, D).transpose(1, 2)  # (B, H, L, D)
@@ -212,5 +237,15 @@ def merge_heads(x: Tensor) -> Tensor:
         x (B, H, L, D) -> (B, L, E) with E = H * D
     """
     check.tensor("merge_heads", "x", x, letters="B, H, L, D")
+    return _merge_heads(x)
+
+
+def _merge_heads(x: Tensor) -> Tensor:
+    """:func:`merge_heads` itself, for callers that have
+    checked its argument.
+
+    Shapes:
+        x (B, H, L, D) -> (B, L, E) with E = H * D
+    """
     B, H, L, D = x.shape
     return x.transpose(1, 2).reshape(B, L, H * D)  # (B, L, E)

@@ -82,10 +82,13 @@ def causal_mask(
         -> (L, S), or (len(rows), len(cols)) for a block
     """
     S = L if S is None else S
-    check.nonnegative_ints("causal_mask", L=L, S=S)
-    check.device("causal_mask", "device", device)
-    check.positive_int("causal_mask", "window", window, optional=True)
+    check.causal_mask_call("causal_mask", L, S, device, window)
     check.nonnegative_ints("causal_mask", sink_tokens=sink_tokens)
+    return _causal_mask(L, S, device, window=window, sink_tokens=sink_tokens, rows=rows, cols=cols)
+
+
+def _causal_mask(L, S, device=None, *, window=None, sink_tokens=0, rows=None, cols=None):
+    """:func:`causal_mask` for callers that have checked its inputs."""
     rows, cols = rows or slice(0, L), cols or slice(0, S)
     i = torch.arange(L, device=device)[rows, None] + (S - L)  # (L, 1): each query's place among the keys
     j = torch.arange(S, device=device)[None, cols]  # (1, S)
@@ -131,6 +134,11 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
             [ True,  True]])
     """
     check.combinable_masks("combine_masks", masks)
+    return _combine_masks(*masks)
+
+
+def _combine_masks(*masks):
+    """:func:`combine_masks` for callers that have checked its masks (:func:`build_mask`)."""
     allowed = added = None
     for mask in masks:
         if mask is None:
@@ -174,8 +182,8 @@ def build_mask(
         mask broadcastable to (..., L, S), key_mask (B, S) -> bool or floating, broadcastable to
         (..., L, S) with ``ndim`` dims; None when there is nothing to mask
     """
-    return combine_masks(
+    return _combine_masks(
         mask,
         None if key_mask is None else expand_key_mask(key_mask, ndim),  # (B, 1, ..., 1, S)
-        causal_mask(L, S, device=device) if is_causal and L > 1 else None,  # (L, S); one query sees every key
+        _causal_mask(L, S, device) if is_causal and L > 1 else None,  # (L, S); one query sees every key
     )

@@ -32,7 +32,6 @@ keys and False on padding; PyTorch's ``key_padding_mask`` means the opposite.
 
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +39,7 @@ from torch import Tensor, nn
 
 from attnbook import _checks as check
 from attnbook import interop
-from attnbook.functional import _fused_attention, attention, merge_heads, split_heads
+from attnbook.functional import _attention, _fused_attention, _merge_heads, _split_heads, merge_heads, split_heads
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask
 from attnbook.positions import apply_rotary, rope_frequencies
@@ -63,19 +62,12 @@ class _MultiHead(nn.Module):
                  backend: str = "math", sinks: bool = False, device=None, dtype=None) -> None:
         super().__init__()
         kdim, vdim = embed_dim if kdim is None else kdim, embed_dim if vdim is None else vdim
-        check.positive_ints(where, embed_dim=embed_dim, kdim=kdim, vdim=vdim)
-        check.heads(where, "embed_dim", embed_dim, num_heads)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        check.that(check.positive_int(where, "num_kv_heads", num_kv_heads) and num_heads % num_kv_heads == 0, where,
-                   lambda: f"`num_kv_heads`={num_kv_heads} must divide num_heads={num_heads}")
-        check.flags(where, bias=bias)
-        check.probability(where, "dropout", dropout)
-        check.one_of(where, "backend", backend, BACKENDS)
+        check.multihead_options(where, embed_dim, num_heads, kdim, vdim, num_kv_heads, bias, dropout, backend,
+                                BACKENDS, device, dtype)
         check.flags(where, sinks=sinks)
         check.that(not sinks or backend == "math", where, "sinks=True needs backend='math' (PyTorch's fused kernels "
                    "have no sink logit)")
-        check.device(where, "device", device)
-        check.floating_dtype(where, "dtype", dtype)
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.num_kv_heads, kv_width = num_kv_heads, num_kv_heads * (embed_dim // num_heads)  # H_kv, H_kv * D
         self.kdim, self.vdim, self.dropout, self.backend = kdim, vdim, float(dropout), backend
@@ -143,18 +135,18 @@ class _MultiHead(nn.Module):
             weights = None
         else:
             # the readable path: scores, masked softmax, weighted
-            # sum; with grouped-query heads every query head first
-            # gets its own copy of the key/value head it shares
+            # sum (attention, its inputs checked by forward); with
+            # grouped-query heads every query head first gets its
+            # own copy of the key/value head it shares
             if groups > 1:  # k and v become (B, H, S, D)
                 k = k.repeat_interleave(groups, dim=1)
                 v = v.repeat_interleave(groups, dim=1)
-            out, weights = attention(
+            out, weights = _attention(
                 q, k, v, mask, key_mask=key_mask,
                 is_causal=is_causal, dropout_p=dropout_p,
                 sinks=self.sinks,
             )
-        # (B, H, L, D) -> (B, L, E)
-        out = self.out_proj(merge_heads(out))
+        out = self.out_proj(_merge_heads(out))  # (B, L, E)
         if need_weights and average_attn_weights:
             weights = weights.mean(dim=1)  # (B, L, S)
         return out, weights if need_weights else None
@@ -237,9 +229,9 @@ class MultiHeadAttention(_MultiHead):
                              average_attn_weights)
         if mask is not None and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # (B, 1, L, S): one mask per batch element, shared by the heads
-        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, L, D)
-        k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, S, D)
-        v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, S, D)
+        q = _split_heads(self.q_proj(query), self.num_heads)  # (B, H, L, D)
+        k = _split_heads(self.k_proj(key), self.num_heads)  # (B, H, S, D)
+        v = _split_heads(self.v_proj(value), self.num_heads)  # (B, H, S, D)
         return self._attend(q, k, v, mask=mask, key_mask=key_mask, is_causal=is_causal, need_weights=need_weights,
                             average_attn_weights=average_attn_weights)
 
@@ -321,12 +313,7 @@ class CausalSelfAttention(_MultiHead):
         where = "CausalSelfAttention"
         super().__init__(where, embed_dim, num_heads, num_kv_heads=num_kv_heads, bias=bias, dropout=dropout,
                          backend=backend, sinks=sinks, device=device, dtype=dtype)
-        check.positive_int(where, "max_len", max_len, optional=True)
-        check.flag(where, "rotary", rotary)
-        check.that(not rotary or self.head_dim % 2 == 0, where, lambda: f"rotary=True needs an even per-head width "
-                   f"D = embed_dim / num_heads (pairs of coordinates turn together); got D={self.head_dim}")
-        check.number(where, "rotary_base", rotary_base, "a number > 1", lambda b: b > 1)
-        check.positive_int(where, "window", window, optional=True)
+        check.causal_options(where, self.head_dim, max_len, rotary, rotary_base, window)
         check.that(sink_tokens == 0 or window is not None and check.positive_int(where, "sink_tokens", sink_tokens),
                    where, lambda: f"`sink_tokens` must be 0, or an int > 0 with a window; got {sink_tokens!r}")
         self.max_len, self.rotary, self.rotary_base, self.window = max_len, rotary, float(rotary_base), window
@@ -364,24 +351,19 @@ class CausalSelfAttention(_MultiHead):
         Shapes:
             x (B, L, E) -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None
         """
-        where = "CausalSelfAttention.forward"
-        check.tensor(where, "x", x, "B, L, E", dtype=self.out_proj.weight.dtype, sizes=[(-1, self.embed_dim, "E")])
-        check.instance(where, "cache", cache, (KVCache, type(None)), "an attnbook.kv_cache.KVCache or None")
-        check.that(cache is None or cache.num_heads == self.num_kv_heads, where, lambda: f"`cache` holds "
-                   f"num_heads={cache.num_heads} heads, not num_kv_heads={self.num_kv_heads} (make it with new_cache)")
-        check.that(cache is None or (cache.window or math.inf) >= (self.window or math.inf) and not (
-                   cache.window and self.sink_tokens), where, lambda: f"`cache` keeps window={cache.window} positions;"
-                   f" queries see window={self.window}, sink_tokens={self.sink_tokens} (make it with new_cache)")
+        check.causal_call("CausalSelfAttention.forward", self, x, cache, KVCache, need_weights, average_attn_weights)
+        check.that(cache is None or not (cache.window and self.sink_tokens), "CausalSelfAttention.forward",
+                   lambda: f"`cache` keeps only window={cache.window} positions; sink_tokens={self.sink_tokens} needs "
+                           f"the first ones too (make it with new_cache)")
         L, past = x.shape[1], 0 if cache is None else len(cache)  # past: the position of the first new token
-        check.that(self.max_len is None or past + L <= self.max_len, where,
-                   lambda: f"{past} cached + {L} new = {past + L} positions exceed `max_len`={self.max_len}")
-        check.weights_request(where, self.backend, need_weights, average_attn_weights)
-        q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, L, D)
-        k = split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
-        v = split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
-        if self.rotary:  # the table: plain, or scaled for long sequences (times YaRN's factor)
+        q = _split_heads(self.q_proj(x), self.num_heads)  # (B, H, L, D)
+        k = _split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
+        v = _split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
+        positions = torch.arange(past, past + L, device=x.device) if self.rotary else None  # (L,): absolute
+        if self.rotary and self.rotary_scaling is None:
+            q, k = apply_rotary(q, positions, self.rotary_base), apply_rotary(k, positions, self.rotary_base)
+        elif self.rotary:  # a table scaled for long sequences (and YaRN's attention factor)
             inv_freq, factor = rope_frequencies(self.head_dim, self.rotary_base, self.rotary_scaling)  # (D/2,)
-            positions = torch.arange(past, past + L, device=x.device)  # (L,): absolute, after the cached ones
             q, k = apply_rotary(q, positions, inv_freq=inv_freq), apply_rotary(k, positions, inv_freq=inv_freq)
             if factor != 1.0:  # YaRN: cos and sin times the attention factor
                 q, k = q * factor, k * factor

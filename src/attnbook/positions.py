@@ -149,10 +149,7 @@ def apply_rotary(x: Tensor, positions: Tensor,
         x (..., L, D), positions (L,), inv_freq (D/2,)
         -> (..., L, D)
     """
-    check.rotary_inputs("apply_rotary", x, positions, base)
-    check.that(layout in ("half", "interleaved"), "apply_rotary",
-               lambda: f"`layout` must be 'half' or 'interleaved'; "
-                       f"got {layout!r}")
+    check.rotary_inputs("apply_rotary", x, positions, base, layout)
     D = x.shape[-1]
     mps = x.device.type == "mps"  # MPS has no float64
     exact = torch.float32 if mps else torch.float64

@@ -14,6 +14,10 @@ What is measured (fp32, CPU, ``--threads`` threads, default 2):
   math backend is the readable path, whose time is reported, not held to a target.
 * The package's fused path, :func:`attnbook.functional.fused_attention`, against
   ``F.scaled_dot_product_attention`` called directly on the same heads (the cost of its checks).
+* The argument checks of one call at the book's smallest sizes: ``functional.attention`` on the
+  heads of the chapters' tiny model, (1, 4, 16, 16), one ``CausalSelfAttention(64, 4)`` forward on
+  (1, 16, 64), and one forward of the chapters' 2-layer ``TinyTransformer`` on 16 tokens: the check
+  calls each makes, recorded and timed on their own, against the call (the book aims at 10% or less).
 * GFLOP/s of the readable attention (:func:`attnbook.functional.attention`) at L=S=2048,
   counting 4·B·H·L·S·D floating-point operations, against a large fp32 matmul (reported).
 * Tiled against plain attention and SDPA: time and peak tensor memory for L=S up to 16384, D=64.
@@ -24,9 +28,12 @@ What is measured (fp32, CPU, ``--threads`` threads, default 2):
   attention, the cache's bytes and the time per token; and the cached step against recomputing
   the whole sequence for that token (the book aims at 10 times or more).
 
-Times are medians over several calls (the repeats in ``FULL`` and ``SMOKE``) after a warm-up
-call. Competing functions are called in turn within each repeat, so a burst of load from another
-process slows all of them alike; the load average before and after is recorded with the results.
+Times come from ``torch.utils.benchmark.Timer``, whose clock synchronises the accelerator (so a
+GPU's queued kernels are timed, not their launches): in each of several rounds (the repeats in ``FULL`` and ``SMOKE``)
+every competing function is measured in turn, by ``blocked_autorange`` for a fast one and by one
+timed call for one slower than ``min_run_time``, and each function's time is the median of its
+rounds. A burst of load from another process thus slows all competitors alike; the load average
+before and after is recorded with the results.
 
 Shapes:
     B batch, H heads, L queries, S keys/values, E model width, D = E / H per-head width.
@@ -38,6 +45,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -47,30 +55,18 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.benchmark import Timer
+from torch.utils.benchmark.utils.timer import timer as synchronised_clock
 
+from attnbook import _checks
 from attnbook.functional import attention, fused_attention, split_heads
-from attnbook_tools.measure import interleaved_medians, peak_memory_bytes
 from attnbook.tiled import tiled_attention
+from attnbook_tools.bench_report import TARGETS, format_table, ratios
+from attnbook_tools.measure import peak_memory_bytes
 
-__all__ = ["main", "run", "format_table", "interleaved_medians", "TARGETS"]
+__all__ = ["main", "run", "format_table", "timed_medians", "TARGETS"]
 
 DEFAULT_OUT = Path("_build") / "bench" / "results.json"
-
-# name -> (comparison, bound, description). A ratio passes when `ratio <= bound` ("max") or
-# `ratio >= bound` ("min").
-TARGETS: dict[str, tuple[str, float, str]] = {
-    "math_vs_torch_weights": ("max", None, "math path / nn.MultiheadAttention(need_weights=True), time"),
-    "sdpa_vs_torch_no_weights": ("max", 1.03, "sdpa path / nn.MultiheadAttention(need_weights=False), time"),
-    "fused_vs_sdpa": ("max", None, "fused_attention / F.scaled_dot_product_attention on the same heads, time"),
-    "attention_fraction_of_matmul": ("min", None, "attention GFLOP/s / fp32 matmul GFLOP/s"),
-    "tiled_memory_vs_plain": ("max", 0.05, "tiled / plain attention, peak memory at the largest L=S"),
-    "tiled_time_vs_sdpa": ("max", 3.0, "tiled attention / SDPA, time at the largest L=S"),
-    "kv_cache_speedup": ("min", 5.0, "decoding without cache / with cache, time"),
-    "gqa_cache_memory": ("min", None, "multi-head / grouped-query cache, bytes (H / H_kv expected)"),
-    "gqa_decode_time": ("max", None, "grouped-query / multi-head decoding, time per token"),
-    "cached_vs_recompute": ("min", 10.0, "recomputing the sequence / one cached step, time per token"),
-}
-
 
 @dataclass
 class Sizes:
@@ -94,6 +90,8 @@ class Sizes:
     models: Sequence[dict] = field(default_factory=list)  # TinyTransformer keyword arguments
     decode_layer: tuple[int, int, int, int] = (1024, 16, 4, 1024)  # (E, H, H_kv, cached tokens S)
     decode_repeats: int = 31  # one decoded token takes milliseconds: many repeats for a steady median
+    check_repeats: int = 15  # rounds for the cost of the checks (calls of tens to hundreds of µs)
+    min_run_time: float = 0.05  # seconds of calls per blocked_autorange measurement
 
 
 FULL = Sizes(
@@ -130,7 +128,37 @@ SMOKE = Sizes(
     models=[dict(vocab_size=16, embed_dim=32, num_heads=2, num_layers=1, max_len=32)],
     decode_layer=(64, 4, 2, 64),
     decode_repeats=2,
+    check_repeats=2,
+    min_run_time=0.005,
 )
+
+
+# ----------------------------------------------------------------------------- the timer
+def timed_medians(fns: dict[str, Callable[[], object]], *, rounds: int, min_run_time: float,
+                  warmup: bool = True) -> dict[str, float]:
+    """Seconds per call of each function: in each of ``rounds`` rounds every function is measured in
+    turn by ``torch.utils.benchmark.Timer`` (``blocked_autorange``, or one call for a function
+    slower than ``min_run_time``), and its time is the median of its rounds. With ``warmup`` each
+    function is called once first, untimed (fills caches, lets PyTorch pick its kernels).
+
+    Shapes:
+        no tensors of its own
+    """
+    _checks.positive_int("timed_medians", "rounds", rounds)
+    timers = {name: Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads()) for name, fn in fns.items()}
+    slow = {name: warmup and _one_call(fn) >= min_run_time for name, fn in fns.items()}
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            times[name].append(_one_call(fns[name]) if slow[name] else
+                               timer.blocked_autorange(min_run_time=min_run_time).median)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _one_call(fn: Callable[[], object]) -> float:  # on torch.utils.benchmark's synchronised clock
+    start = synchronised_clock()
+    fn()
+    return synchronised_clock() - start
 
 
 # ----------------------------------------------------------------------------- multi-head attention
@@ -168,7 +196,7 @@ def bench_multihead(sizes: Sizes) -> list[dict]:
                 heads = [split_heads(torch.randn(B, L, E), H) for _ in range(3)]  # (B, H, L, D) each
                 timed["fused_attention"] = _no_grad(lambda: fused_attention(*heads))
                 timed["F.sdpa"] = _no_grad(lambda: F.scaled_dot_product_attention(*heads))
-            medians = interleaved_medians(timed, repeats=repeats)
+            medians = timed_medians(timed, rounds=repeats, min_run_time=sizes.min_run_time)
             rows.append({"B": B, "L": L, "S": L, "E": E, "H": H, "mode": mode, "repeats": repeats,
                          "seconds": medians})
     return rows
@@ -178,7 +206,6 @@ def _no_grad(fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
     def run() -> torch.Tensor:
         with torch.no_grad():
             return fn()
-
     return run
 
 
@@ -186,7 +213,6 @@ def _with_backward(fn: Callable[[], torch.Tensor], module: nn.Module) -> Callabl
     def run() -> None:
         module.zero_grad(set_to_none=True)
         fn().sum().backward()
-
     return run
 
 
@@ -204,10 +230,8 @@ def bench_flops(sizes: Sizes) -> dict:
     q, k, v = (torch.randn(B, H, L, D) for _ in range(3))  # (B, H, L, D)
     a, b = torch.randn(n, n), torch.randn(n, n)
     with torch.inference_mode():
-        medians = interleaved_medians(
-            {"attention": lambda: attention(q, k, v), "matmul": lambda: a @ b},
-            repeats=sizes.repeats,
-        )
+        medians = timed_medians({"attention": lambda: attention(q, k, v), "matmul": lambda: a @ b},
+                                rounds=sizes.repeats, min_run_time=sizes.min_run_time)
     attention_flops = 4 * B * H * L * S * D  # q kᵀ and weights v, 2 flops per multiply-add
     matmul_flops = 2 * n**3
     return {
@@ -236,7 +260,7 @@ def bench_tiled(sizes: Sizes) -> list[dict]:
         repeats = sizes.repeats if L <= 4096 else sizes.repeats_long
         with torch.inference_mode():
             memory = {name: peak_memory_bytes(fn) for name, fn in fns.items()}
-            medians = interleaved_medians(fns, repeats=repeats)
+            medians = timed_medians(fns, rounds=repeats, min_run_time=sizes.min_run_time)
         rows.append({"L": L, "S": L, "D": 64, "block_size": sizes.tiled_block_size,
                      "seconds": medians, "peak_bytes": memory})
     return rows
@@ -262,14 +286,13 @@ def bench_kv_cache(sizes: Sizes) -> list[dict]:
             # these two runs check that both give the same tokens, and are the warm-up
             cached = model.generate(prompt, n, use_cache=True)
             recomputed = model.generate(prompt, n, use_cache=False)
-            medians = interleaved_medians(
+            medians = timed_medians(
                 {"cache": lambda: model.generate(prompt, n, use_cache=True),
                  "recompute": lambda: model.generate(prompt, n, use_cache=False)},
-                repeats=sizes.repeats_long,
-                warmup=0,
+                rounds=sizes.repeats_long, min_run_time=sizes.min_run_time,
             )
         rows.append({"tokens": n, "prompt": sizes.decode_prompt, "model": config, "seconds": medians,
-                     "same_tokens": bool(torch.equal(_tokens(cached), _tokens(recomputed)))})
+                     "same_tokens": bool(torch.equal(cached, recomputed))})
     return rows
 
 
@@ -304,112 +327,76 @@ def bench_decode_step(sizes: Sizes) -> dict:
         cache_bytes = {name: c.keys.nbytes + c.values.nbytes for name, c in caches.items()}
         same = {name: bool(torch.allclose(step(name)(), layer(sequence)[0][:, S:], atol=1e-5, rtol=1e-4))
                 for name, layer in layers.items()}  # the cached step is the full sequence's last row
-        medians = interleaved_medians(
+        medians = timed_medians(
             {"mha": step("mha"), "gqa": step("gqa"), "recompute": lambda: layers["mha"](sequence)[0][:, S:]},
-            repeats=sizes.decode_repeats,
+            rounds=sizes.decode_repeats, min_run_time=sizes.min_run_time,
         )
     return {"E": E, "H": H, "H_kv": H_kv, "cached": S, "backend": "sdpa", "seconds": medians,
             "cache_bytes": cache_bytes, "same_as_full": same}
 
 
-def _tokens(result) -> torch.Tensor:
-    return result[0] if isinstance(result, tuple) else result
-
-
-# ----------------------------------------------------------------------------- run and report
-def _ratios(results: dict) -> dict[str, float]:
-    ratios: dict[str, float] = {}
-    for row in results["multihead"]:
-        t = row["seconds"]
-        tag = f"B={row['B']} L={row['L']} E={row['E']} H={row['H']} {row['mode']}"
-        ratios[f"math_vs_torch_weights[{tag}]"] = t["math"] / t["torch_weights"]
-        ratios[f"sdpa_vs_torch_no_weights[{tag}]"] = t["sdpa"] / t["torch_no_weights"]
-        if "fused_attention" in t:
-            ratios[f"fused_vs_sdpa[{tag}]"] = t["fused_attention"] / t["F.sdpa"]
-    fl = results["flops"]
-    ratios[f"attention_fraction_of_matmul[L=S={fl['L']}]"] = fl["attention_gflops"] / fl["matmul_gflops"]
-    big = results["tiled"][-1]
-    tag = f"L=S={big['L']}"
-    ratios[f"tiled_memory_vs_plain[{tag}]"] = big["peak_bytes"]["tiled"] / big["peak_bytes"]["plain"]
-    ratios[f"tiled_time_vs_sdpa[{tag}]"] = big["seconds"]["tiled"] / big["seconds"]["sdpa"]
-    for kv in results["kv_cache"]:
-        tag = f"{kv['tokens']} tokens, E={kv['model']['embed_dim']}, {kv['model']['num_layers']} layers"
-        ratios[f"kv_cache_speedup[{tag}]"] = kv["seconds"]["recompute"] / kv["seconds"]["cache"]
-    d = results["decode_step"]
-    tag = f"S={d['cached']} cached, E={d['E']} H={d['H']} H_kv={d['H_kv']}"
-    ratios[f"gqa_cache_memory[{tag}]"] = d["cache_bytes"]["mha"] / d["cache_bytes"]["gqa"]
-    ratios[f"gqa_decode_time[{tag}]"] = d["seconds"]["gqa"] / d["seconds"]["mha"]
-    ratios[f"cached_vs_recompute[S={d['cached']} cached, E={d['E']} H={d['H']}]"] = (
-        d["seconds"]["recompute"] / d["seconds"]["mha"])
-    return ratios
-
-
-def _verdict(key: str, value: float) -> tuple[str, str]:
-    """(the target as text, "yes"/"no"/"-") for a ratio key such as 'name[config]'."""
-    kind, bound, _ = TARGETS[key.split("[", 1)[0]]
-    if bound is None:
-        return "-", "-"
-    ok = value <= bound if kind == "max" else value >= bound
-    return (f"<= {bound:g}" if kind == "max" else f">= {bound:g}"), ("yes" if ok else "no")
-
-
-def format_table(results: dict) -> str:
-    """The markdown tables: ratios against targets, then the raw times and memory.
+# ----------------------------------------------------------------------------- the checks' cost
+def recorded_checks(call: Callable[[], object]) -> list[tuple[Callable, tuple, dict]]:
+    """The check calls, with their arguments, that one run of ``call`` makes into
+    :mod:`attnbook._checks` (the outermost ones: a check that another check calls is part of it).
+    The library calls its checks through the module (``check.tensor(...)``), so wrapping the
+    module's functions for the length of one call sees every one of them.
 
     Shapes:
-        no tensors
+        no tensors of its own
     """
-    lines = ["| measure | configuration | ratio | target | met |", "|---|---|---:|---|---|"]
-    for key, value in results["ratios"].items():
-        name, config = key[:-1].split("[", 1)
-        target, ok = _verdict(key, value)
-        lines.append(f"| {TARGETS[name][2]} | {config} | {value:.3f} | {target} | {ok} |")
-    lines += ["", "| multi-head (ms) | torch w | math w | torch no-w | sdpa | fused_attention | F.sdpa |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
-    for row in results["multihead"]:
-        t = row["seconds"]
-        lines.append(
-            f"| B={row['B']} L=S={row['L']} E={row['E']} H={row['H']} {row['mode']} | "
-            + " | ".join(f"{1e3 * t[n]:.2f}" if n in t else "-" for n in
-                         ("torch_weights", "math", "torch_no_weights", "sdpa", "fused_attention", "F.sdpa"))
-            + " |"
-        )
-    fl = results["flops"]
-    lines += ["", f"attention at B={fl['B']} H={fl['H']} L=S={fl['L']} D={fl['D']}: "
-              f"{fl['attention_gflops']:.1f} GFLOP/s; fp32 matmul n={fl['matmul_n']}: "
-              f"{fl['matmul_gflops']:.1f} GFLOP/s"]
-    lines += ["", "| L=S (D=64) | plain ms | tiled ms | sdpa ms | plain MiB | tiled MiB | sdpa MiB |",
-              "|---:|---:|---:|---:|---:|---:|---:|"]
-    for row in results["tiled"]:
-        t, m = row["seconds"], row["peak_bytes"]
-        lines.append(
-            f"| {row['L']} | " + " | ".join(f"{1e3 * t[n]:.1f}" for n in ("plain", "tiled", "sdpa"))
-            + " | " + " | ".join(f"{m[n] / 2**20:.2f}" for n in ("plain", "tiled", "sdpa")) + " |"
-        )
-    lines.append("")
-    for kv in results["kv_cache"]:
-        lines.append(
-            f"decoding {kv['tokens']} tokens, E={kv['model']['embed_dim']}, "
-            f"{kv['model']['num_layers']} layers: cache {kv['seconds']['cache']:.3f} s, "
-            f"recompute {kv['seconds']['recompute']:.3f} s, same tokens: {kv['same_tokens']}"
-        )
-    d = results["decode_step"]
-    lines += ["", f"one token at S={d['cached']} cached, E={d['E']}, H={d['H']} (sdpa): multi-head "
-              f"{1e3 * d['seconds']['mha']:.3f} ms, cache {d['cache_bytes']['mha'] / 2**20:.2f} MiB; grouped-query "
-              f"H_kv={d['H_kv']} {1e3 * d['seconds']['gqa']:.3f} ms, cache {d['cache_bytes']['gqa'] / 2**20:.2f} MiB; "
-              f"recomputing all {d['cached'] + 1} positions {1e3 * d['seconds']['recompute']:.3f} ms; "
-              f"cached step equals the full sequence's: {d['same_as_full']}"]
-    machine = results["machine"]
-    lines += ["", f"torch {machine['torch']}, {machine['threads']} threads on {machine['cpu_count']} CPUs, "
-              f"THP_MEM_ALLOC_ENABLE={machine['thp_mem_alloc_enable']}, load average before "
-              f"{_loads(machine.get('load_average'))}, after {_loads(machine.get('load_average_after'))}"]
-    return "\n".join(lines)
+    names = [n for n, f in vars(_checks).items() if callable(f) and getattr(f, "__module__", None) == _checks.__name__]
+    saved, calls, depth = {n: getattr(_checks, n) for n in names}, [], [0]
+
+    def wrapped(f: Callable) -> Callable:
+        def record(*args, **kwargs):
+            if depth[0] == 0:
+                calls.append((f, args, kwargs))
+            depth[0] += 1
+            try:
+                return f(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+        return record
+    try:
+        for n in names:
+            setattr(_checks, n, wrapped(saved[n]))
+        call()
+    finally:
+        for n, f in saved.items():
+            setattr(_checks, n, f)
+    return calls
 
 
-def _loads(loads) -> str:
-    return "n/a" if loads is None else "/".join(f"{x:.2f}" for x in loads)
+def bench_checks(sizes: Sizes) -> list[dict]:
+    """What the argument checks cost in one call at the book's smallest sizes: the call's time, and
+    the time of the check calls it makes (:func:`recorded_checks`) run again on their own.
+
+    Shapes:
+        q, k, v (1, 4, 16, 16); x (1, 16, 64); tokens (1, 16); no tensors returned
+    """
+    from attnbook.models.transformer import TinyTransformer
+    from attnbook.multihead import CausalSelfAttention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 16, 16) for _ in range(3))  # (B, H, L, D): the tiny model's heads
+    layer, x = CausalSelfAttention(64, 4).eval(), torch.randn(1, 16, 64)  # (B, L, E)
+    model = TinyTransformer(64, 64, embed_dim=64, num_heads=4, num_layers=2).eval()
+    tokens = torch.randint(0, 64, (1, 16))  # (B, L)
+    calls = {"functional.attention, q k v (1, 4, 16, 16)": lambda: attention(q, k, v, is_causal=True),
+             "CausalSelfAttention(64, 4), x (1, 16, 64)": lambda: layer(x),
+             "TinyTransformer, 2 layers, E=64, 16 tokens": lambda: model(tokens)}
+    rows = []
+    with torch.inference_mode():
+        for name, call in calls.items():
+            checks = recorded_checks(call)
+            t = timed_medians({"call": call, "checks": lambda: [f(*a, **kw) for f, a, kw in checks]},
+                              rounds=sizes.check_repeats, min_run_time=sizes.min_run_time)
+            rows.append({"call": name, "check_calls": [f.__name__ for f, _, _ in checks], "seconds": t})
+    return rows
 
 
+# ----------------------------------------------------------------------------- run
 def run(sizes: Sizes, *, threads: int) -> dict:
     """Run every benchmark once with ``threads`` threads and return the results (with ratios).
 
@@ -431,11 +418,12 @@ def run(sizes: Sizes, *, threads: int) -> dict:
     }
     results["sizes"] = asdict(sizes)
     results["multihead"] = bench_multihead(sizes)
+    results["checks"] = bench_checks(sizes)
     results["flops"] = bench_flops(sizes)
     results["tiled"] = bench_tiled(sizes)
     results["kv_cache"] = bench_kv_cache(sizes)
     results["decode_step"] = bench_decode_step(sizes)
-    results["ratios"] = _ratios(results)
+    results["ratios"] = ratios(results)
     results["wall_seconds"] = time.perf_counter() - start
     if hasattr(os, "getloadavg"):
         results["machine"]["load_average_after"] = os.getloadavg()

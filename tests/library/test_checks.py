@@ -109,3 +109,36 @@ def test_a_float_mask_holding_nan_or_plus_inf_is_refused(entry, bad, named, rais
     argument = "`masks[1]`" if entry == "combine_masks" else "`mask`"
     with raises_naming(ValueError, entry.split(" ")[0] + ":", argument, "finite values or -inf", "(3, 3)", named):
         call(_float_mask(bad))
+
+
+# ----------------------------------------------------------------------------- the checks' quick paths
+SHAPES = [(), (1,), (3,), (0,), (2, 1), (1, 4), (2, 4), (3, 1, 4), (1, 0), (5, 1, 1), (2, 3, 4), (0, 4)]
+
+
+@pytest.mark.parametrize("first", SHAPES)
+@pytest.mark.parametrize("second", SHAPES)
+def test_shapes_broadcast_on_tuples_as_torch_broadcasts_them(first, second):
+    from attnbook import _checks
+
+    try:
+        expected = tuple(torch.broadcast_shapes(first, second, (1,) * len(first)))
+    except RuntimeError:
+        expected = None
+    assert _checks._broadcast(first, second, (1,) * len(first)) == expected
+
+
+@pytest.mark.parametrize("case", [
+    {"k": torch.randn(2, 3, 5)},  # a width that differs from the query's
+    {"k": torch.randn(2, 3, 4, dtype=torch.float64)},  # another dtype
+    {"k": torch.randn(3, 4)},  # too few dims
+    {"q": torch.randint(0, 3, (2, 3, 4))},  # integer
+    {"q": [[1.0]]},  # not a tensor
+])
+def test_the_quick_path_of_tensors_refuses_what_the_explained_path_refuses(case):
+    from attnbook import _checks
+
+    tensors = {"q": torch.randn(2, 3, 4), "k": torch.randn(2, 3, 4), **case}
+    named = {"query": (tensors["q"], "B, L, D"), "key": (tensors["k"], "B, S, D")}
+    assert not _checks._tensors_fit(named, None, {})
+    with pytest.raises((TypeError, ValueError), match="^where: "):
+        _checks.tensors("where", named)

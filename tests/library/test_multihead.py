@@ -399,21 +399,22 @@ def test_causal_self_attention_has_no_fixed_limit_and_no_mask_in_its_state():
 
 
 def test_math_backend_is_the_readable_pieces(monkeypatch):
-    """project -> split_heads -> functional.attention -> merge_heads -> output projection."""
+    """project -> split_heads -> functional.attention -> merge_heads -> output projection, each
+    without its argument checks (forward checked the inputs once)."""
     import attnbook.multihead as multihead
 
     calls = []
-    for name in ("split_heads", "attention", "merge_heads", "_fused_attention"):
+    for name in ("_split_heads", "_attention", "_merge_heads", "_fused_attention"):
         original = getattr(multihead, name)
         monkeypatch.setattr(multihead, name, lambda *a, _f=original, _n=name, **kw: calls.append(_n) or _f(*a, **kw))
     _, ours = make_pair()
     q, k, v = inputs()
     ours(q, k, v, is_causal=True)
-    assert calls == ["split_heads"] * 3 + ["attention", "merge_heads"]
+    assert calls == ["_split_heads"] * 3 + ["_attention", "_merge_heads"]
     calls.clear()
     ours.backend = "sdpa"
     ours(q, k, v, is_causal=True)
-    assert calls == ["split_heads"] * 3 + ["_fused_attention", "merge_heads"]  # fused_attention, checked once
+    assert calls == ["_split_heads"] * 3 + ["_fused_attention", "_merge_heads"]
 
 
 def test_causal_self_attention_bad_inputs(raises_naming):

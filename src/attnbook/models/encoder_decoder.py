@@ -144,13 +144,7 @@ class EncoderDecoder(nn.Module):
         Shapes:
             src (B, S), key_mask (B, S) -> memory (B, S, E), weights: layers x (B, H, S, S)
         """
-        where = "EncoderDecoder.encode"
-        check.token_ids(where, "src", src, self.vocab_size)
-        check.that(1 <= src.shape[1] <= self.max_len, where,
-                   lambda: f"`src` has length {src.shape[1]}; expected 1..max_len={self.max_len}")
-        check.key_mask(where, key_mask, (*src.shape, src.shape[1]))
-        check.that(key_mask is None or bool(key_mask.any(dim=-1).all()), where,
-                   "`key_mask` has a row that is all False: every source needs a real token")
+        check.encode_call("EncoderDecoder.encode", self, src, key_mask)
         x = self._embed(self.src_embedding, src)  # (B, S, E)
         weights = []
         for block in self.encoder:
@@ -169,15 +163,7 @@ class EncoderDecoder(nn.Module):
             tgt_in (B, L), memory (B, S, E), key_mask (B, S)
             -> logits (B, L, V), self weights: layers x (B, H, L, L), cross weights: layers x (B, H, L, S)
         """
-        where = "EncoderDecoder.decode"
-        check.token_ids(where, "tgt_in", tgt_in, self.vocab_size)
-        check.that(1 <= tgt_in.shape[1] <= self.max_len, where,
-                   lambda: f"`tgt_in` has length {tgt_in.shape[1]}; expected 1..max_len={self.max_len}")
-        check.tensor(where, "memory", memory, letters="B, S, E", floating=True)
-        check.that(memory.shape[-1] == self.embed_dim, where, lambda: f"`memory` must be the encoder's output "
-                   f"(B, S, E={self.embed_dim}); got {tuple(memory.shape)}")
-        check.that(len(memory) == len(tgt_in), where, lambda: f"`tgt_in` and `memory` must have the same batch "
-                   f"size B; got {tuple(tgt_in.shape)} and {tuple(memory.shape)}")
+        check.decode_call("EncoderDecoder.decode", self, tgt_in, memory)
         x = self._embed(self.tgt_embedding, tgt_in)  # (B, L, E)
         self_weights, cross_weights = [], []
         for block in self.decoder:
@@ -240,8 +226,8 @@ class EncoderDecoder(nn.Module):
         Shapes:
             src (B, S), key_mask (B, S) -> tokens (B, N) without the start token, N <= max_new_tokens
         """
-        check.positive_int("EncoderDecoder.generate", "max_new_tokens", max_new_tokens)
-        check.that(max_new_tokens < self.max_len, "EncoderDecoder.generate",
+        check.that(check.positive_int("EncoderDecoder.generate", "max_new_tokens", max_new_tokens) < self.max_len,
+                   "EncoderDecoder.generate",
                    lambda: f"`max_new_tokens` must be an int in 1..{self.max_len - 1}; got {max_new_tokens}")
         was_training = self.training
         self.eval()

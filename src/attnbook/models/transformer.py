@@ -113,18 +113,8 @@ class TinyTransformer(nn.Module):
         Shapes:
             tokens (B, L) -> logits (B, L, V) [, weights: num_layers x (B, H, L, S)]
         """
-        where = "TinyTransformer.forward"
-        check.token_ids(where, "tokens", tokens, self.vocab_size)
-        check.flag(where, "need_weights", need_weights)
-        check.that(caches is None or isinstance(caches, (list, tuple))
-                   and all(isinstance(c, KVCache) for c in caches), where,
-                   lambda: f"`caches` must be a list of KVCache (one per layer); got {check.described(caches)}",
-                   TypeError)
-        check.that(caches is None or len(caches) == self.num_layers, where, lambda: f"`caches` must hold "
-                   f"{self.num_layers} KVCache (one per layer); got {len(caches or [])}")
+        check.decoder_call("TinyTransformer.forward", self, tokens, caches, KVCache, need_weights)
         offset = 0 if caches is None else len(caches[0])  # the position of the first token
-        check.that(offset + tokens.shape[1] <= self.max_len, where,
-                   lambda: f"{offset} cached + {tokens.shape[1]} new positions exceed max_len={self.max_len}")
         x = self.token_embedding(tokens)  # (B, L, E)
         if self.position_kind == "learned":
             x = self.positions(x, offset=offset)
@@ -157,15 +147,7 @@ class TinyTransformer(nn.Module):
         Shapes:
             prompt (B, L0) -> tokens (B, L0 + N) [, logits (B, N, V) that chose the N new tokens]
         """
-        where = "TinyTransformer.generate"
-        check.token_ids(where, "prompt", prompt, self.vocab_size)
-        check.that(prompt.shape[1] > 0, where, lambda: f"`prompt` must hold at least one token per sequence; "
-                   f"got shape {tuple(prompt.shape)}")
-        check.nonnegative_int(where, "num_new_tokens", num_new_tokens)
-        check.that(prompt.shape[1] + num_new_tokens <= self.max_len, where, lambda: f"prompt length "
-                   f"{prompt.shape[1]} + num_new_tokens {num_new_tokens} exceeds max_len={self.max_len}")
-        check.flag(where, "use_cache", use_cache)
-        check.flag(where, "return_logits", return_logits)
+        check.generate_call("TinyTransformer.generate", self, prompt, num_new_tokens, use_cache, return_logits)
         was_training = self.training
         self.eval()
         try:
