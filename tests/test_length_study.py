@@ -25,7 +25,7 @@ def test_a_short_run_writes_its_results_and_digest(tmp_path, monkeypatch):
         assert all(a["beyond"][0] is None and 0 <= a["beyond"][1] <= 1 for a in run["accuracy"])
     assert study.RESULTS_FILE in json.loads((tmp_path / "manifest.json").read_text())["files"]
     path = tmp_path / study.RESULTS_FILE
-    path.write_text(path.read_text().replace('"seed5"', '"seed6"', 1))
+    path.write_text(path.read_text().replace("plain/seed5", "plain/seed6", 1))
     with pytest.raises(DataFileError, match=study.RESULTS_FILE):
         study.load_results(tmp_path)
 
