@@ -347,10 +347,8 @@ class CausalSelfAttention(_MultiHead):
         self.sink_tokens, self.rotary_scaling = sink_tokens, rotary_scaling
         self.rotary_dim, self.rotary_layout, self.qk_norm = rotary_dim, rotary_layout, qk_norm
         self.scale = self.scale if scale is None else float(scale)
-        # the table: plain, or scaled for long sequences (YaRN's attention factor beside it)
-        inv_freq, self.attention_factor = rope_frequencies(rotary_dim, rotary_base, rotary_scaling) if rotary else (
-            None, 1.0)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (R/2,) float64, or None
+        if rotary:
+            rope_frequencies(rotary_dim, self.rotary_base, rotary_scaling)  # checks the scaling
         factory = {"device": device, "dtype": dtype}
         if qk_norm:  # weights (D,) each, shared by the heads
             self.q_norm, self.k_norm = (nn.RMSNorm(self.head_dim, eps=norm_eps, **factory) for _ in "qk")
@@ -423,11 +421,15 @@ class CausalSelfAttention(_MultiHead):
         return q, k
 
     def _rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """The first ``rotary_dim`` coordinates (all by default) turned with the module's table, times
-        its attention factor (YaRN's; 1 otherwise). Shapes: x (B, H, L, D), positions (L,) -> (B, H, L, D)"""
+        """The first ``rotary_dim`` coordinates (all by default) turned with the table of ``rotary_scaling``
+        (plain, or scaled), times its attention factor (YaRN's; 1 otherwise).
+
+        Shapes:
+            x (B, H, L, D), positions (L,) -> (B, H, L, D)
+        """
         R = self.rotary_dim
-        turned = apply_rotary(x[..., :R], positions, layout=self.rotary_layout, inv_freq=self.inv_freq)
-        turned = turned * self.attention_factor  # times 1.0 is exact
+        inv_freq, factor = rope_frequencies(R, self.rotary_base, self.rotary_scaling)  # (R/2,), a float
+        turned = apply_rotary(x[..., :R], positions, layout=self.rotary_layout, inv_freq=inv_freq) * factor
         return turned if R == x.shape[-1] else torch.cat([turned, x[..., R:]], dim=-1)  # (B, H, L, D)
 
     @classmethod

@@ -206,7 +206,7 @@ def test_from_hf_reads_every_feature_from_the_layer(family, index):
     assert (getattr(ours, "sinks", None) is not None) == (family == "gpt_oss")
     assert ours.rotary_dim == (4 if family == "qwen3_next" else layer.head_dim)
     yarn = family in ("qwen3", "gpt_oss")
-    assert (ours.attention_factor != 1.0) == yarn
+    assert (rope_frequencies(ours.rotary_dim, ours.rotary_base, ours.rotary_scaling)[1] != 1.0) == yarn
     if family == "gemma3":
         assert ours.scale == 24 ** -0.5
         assert ours.rotary_base == (10000.0 if index == 0 else 1e6)
