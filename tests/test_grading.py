@@ -271,6 +271,22 @@ def score_with(sign=1, sine=True, layout="half", scale=False):
     return fn
 
 
+def to_half_with(order="right"):
+    """Exercise 13.1: the rows of W_Q or W_K moved to the half layout, as a student writes it, with
+    an index; the options are the typical slips."""
+    def fn(weight, num_heads):
+        HD, E = weight.shape
+        D = HD // num_heads
+        if order == "one_head":
+            D, num_heads = HD, 1
+        one = torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])  # (D,): 0, 2, ..., 1, 3, ...
+        if order == "inverse":
+            one = torch.argsort(one)
+        rows = (torch.arange(num_heads)[:, None] * D + one).flatten()  # (H·D,)
+        return weight[:, rows] if order == "columns" else weight[rows]
+    return fn
+
+
 def llama3_with(divide_all=False, blend="right", wavelength=lambda speed: 2 * math.pi / speed):
     """Exercise 13.1: Llama 3.1's table as a student writes it, a loop over the pairs; the options
     are the typical slips."""
@@ -629,6 +645,7 @@ GOOD = {
     "induction_score": good_induction_score,
     "knock_out_heads": None,  # measured: _Lazy computes it
     "induction_attends": {"induction": 4, "previous_token": 8, "copying": "b"},
+    "to_half_layout": to_half_with(),
     "llama3_frequencies": llama3_with(),
     "sink_attention": sink_with(),
     "qk_norm_attention": good_qk_norm,
@@ -1038,6 +1055,9 @@ MISTAKES = [
     ("latent_cache_bytes", {**LATENT_CACHE, "latent": LATENT_CACHE["latent"] // 576 * 512}, "latent", "rotated key"),
     ("latent_cache_bytes", {**LATENT_CACHE, "mha": LATENT_CACHE["mha"] // 320 * 384}, "mha", "192"),
     ("window_cache_bytes", {**WINDOW_CACHE, "full": WINDOW_CACHE["full"] // 32}, "full", "layers"),
+    ("to_half_layout", to_half_with("one_head"), "heads", "ONE head"),
+    ("to_half_layout", to_half_with("inverse"), "heads", "inverse move"),
+    ("to_half_layout", to_half_with("columns"), "square", "reordered the columns"),
     ("llama3_frequencies", llama3_with(divide_all=True), "llama", "fast ones too"),
     ("llama3_frequencies", llama3_with(blend="none"), "small", "blends them"),
     ("llama3_frequencies", llama3_with(blend="reversed"), "small", "wrong way"),

@@ -1,5 +1,5 @@
-"""Chapter 13, positions at length: Llama 3.1's rotary table for long sequences, and attention with
-gpt-oss's learned sink logit per head."""
+"""Chapter 13, positions at length: moving a checkpoint between the two rotary layouts, Llama 3.1's
+rotary table for long sequences, and attention with gpt-oss's learned sink logit per head."""
 
 from __future__ import annotations
 
@@ -9,12 +9,57 @@ import torch
 from torch import Tensor
 
 from attnbook.functional import attention
-from attnbook.positions import rope_frequencies
+from attnbook.positions import interleaved_to_half, rope_frequencies
 from attnbook_classroom.grading.compare import compare
 from attnbook_classroom.grading.harness import call, exercise, part
 
 # ------------------------------------------------------------------------------------------------
-# Exercise 13.1: llama3_frequencies
+# Exercise 13.1: to_half_layout
+# ------------------------------------------------------------------------------------------------
+
+TO_HALF = exercise(
+    "to_half_layout",
+    "fn(weight, num_heads) -> (H·D, E): the rows of a query or key projection weight (H·D, E), "
+    "made for the interleaved rotary layout (pair n = coordinates 2n, 2n + 1 of each head), "
+    "reordered for the half layout (pair n = coordinates n, n + D/2): in each head, row 2n goes "
+    "to place n and row 2n + 1 to place n + D/2.",
+    blocks=["attnbook.positions.interleaved_to_half"])
+
+M_ONE_HEAD = ("You reordered the rows as if the weight were ONE head of width H·D: the pairs live "
+              "inside each head, so each head's D rows are reordered on their own (view the weight "
+              "as (H, D, E) first).")
+M_INVERSE = ("You applied the inverse move, from the half layout to the interleaved one: row 2n must "
+             "go TO place n (the rows at even places first, then the odd ones), not come from it.")
+M_COLUMNS = ("You reordered the columns: the rotation acts on the outputs of the projection, which "
+             "are the ROWS of the (H·D, E) weight.")
+
+
+def to_half_part(case, H, D, E):
+    weight = case.randn(H * D, E, dtype=torch.float64)
+    out = yield call(weight, H)
+    D2 = D // 2
+    variants = [(M_ONE_HEAD, lambda: interleaved_to_half(weight, 1)),
+                (M_INVERSE, lambda: weight.view(H, 2, D2, E).transpose(1, 2).reshape(H * D, E))]
+    if E == H * D:
+        variants.append((M_COLUMNS, lambda: interleaved_to_half(weight.T, H).T))
+    compare(out, interleaved_to_half(weight, H), "reordered weight", variants)
+
+
+@part(TO_HALF, "heads")
+def to_half_heads(case):
+    """Several heads, E different from H·D."""
+    yield from to_half_part(case, case.size(3, 2, 4), 2 * case.size(4, 2, 5), case.size(5, 3, 7))
+
+
+@part(TO_HALF, "square")
+def to_half_square(case):
+    """A square weight (E = H·D), where rows and columns can be mixed up."""
+    H, D = case.size(2, 2, 3), 2 * case.size(3, 2, 4)
+    yield from to_half_part(case, H, D, H * D)
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 13.2: llama3_frequencies
 # ------------------------------------------------------------------------------------------------
 
 LLAMA3 = exercise(
@@ -87,7 +132,7 @@ def llama3_small(case):
 
 
 # ------------------------------------------------------------------------------------------------
-# Exercise 13.2: sink_attention
+# Exercise 13.3: sink_attention
 # ------------------------------------------------------------------------------------------------
 
 SINK = exercise(
