@@ -26,6 +26,7 @@ Reading map (chapter: module, what it holds)
                                                                     (greedy, temperature, top-k)
                                              tasks.dates            the dates task
     9    Attention at scale ................ tiled                  tiled_attention, online_softmax_step
+                                                                    tiled_backward: the gradients, tile by tile
                                              kv_cache               KVCache
     11   Grouped-query, sliding windows .... multihead              CausalSelfAttention's num_kv_heads and window
                                              masks, kv_cache        causal_mask(window=W), the rolling KVCache
@@ -34,6 +35,15 @@ Reading map (chapter: module, what it holds)
     12   Induction heads ................... models.attention_only  AttentionOnlyTransformer (heads knocked out)
                                              tasks.induction        the induction task, head scores
                                              train                  train_induction
+    13   Positions at length ............... positions              rope_frequencies (linear, YaRN, Llama 3.1),
+                                                                    interleaved_to_half
+                                             functional, multihead  sinks: a learned sink logit per head
+    14   Attention in 2026 ................. multihead              CausalSelfAttention's qk_norm, gate,
+                                                                    head_dim, scale, rotary_dim
+                                             latent                 MultiHeadLatentAttention, LatentCache
+                                             block                  SwiGLU, RMSNorm (today's block)
+                                             interop                from_hf: the layers of transformers
+    15   The bottleneck returns ............ linear                 linear_attention, gated_delta_rule
 
 Shape letters used in every docstring and comment:
     B batch, H heads, L queries (query length), S keys/values (key length),

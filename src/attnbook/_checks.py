@@ -360,11 +360,15 @@ def multihead_call(where, module, query, key, value, attn_mask, padding, is_caus
 
 
 def multihead_options(where, embed_dim, num_heads, kdim, vdim, num_kv_heads, bias, dropout, backend, backends, device_,
-                      dtype):
-    """A multi-head module's widths (E, kdim, vdim positive ints), heads (H divides E, H_kv divides
-    H), ``bias``, ``dropout``, ``backend`` (one of ``backends``), ``device`` and ``dtype``."""
+                      dtype, head_dim=None):
+    """A multi-head module's widths (E, kdim, vdim positive ints), heads (H divides E unless a
+    ``head_dim`` is given, H_kv divides H), ``bias``, ``dropout``, ``backend`` (one of
+    ``backends``), ``device`` and ``dtype``."""
     positive_ints(where, embed_dim=embed_dim, kdim=kdim, vdim=vdim)
-    heads(where, "embed_dim", embed_dim, num_heads)
+    if head_dim is None:
+        heads(where, "embed_dim", embed_dim, num_heads)
+    else:
+        positive_ints(where, num_heads=num_heads, head_dim=head_dim)
     that(positive_int(where, "num_kv_heads", num_kv_heads) and num_heads % num_kv_heads == 0, where,
          lambda: f"`num_kv_heads`={num_kv_heads} must divide num_heads={num_heads}")
     flags(where, bias=bias)
@@ -374,13 +378,17 @@ def multihead_options(where, embed_dim, num_heads, kdim, vdim, num_kv_heads, bia
     floating_dtype(where, "dtype", dtype)
 
 
-def causal_options(where, head_dim, max_len, rotary, rotary_base, window):
+def causal_options(where, head_dim, max_len, rotary, rotary_base, window, rotary_dim=None):
     """A causal self-attention's ``max_len`` (None or >= 1), ``rotary`` (which needs an even
-    per-head width D), ``rotary_base`` > 1 and ``window`` (None or >= 1)."""
+    per-head width D, or an even ``rotary_dim`` in 2..D), ``rotary_base`` > 1 and ``window``
+    (None or >= 1)."""
     positive_int(where, "max_len", max_len, optional=True)
     flag(where, "rotary", rotary)
-    that(not rotary or head_dim % 2 == 0, where, lambda: f"rotary=True needs an even per-head width "
-         f"D = embed_dim / num_heads (pairs of coordinates turn together); got D={head_dim}")
+    that(not rotary or head_dim % 2 == 0 or rotary_dim is not None, where, lambda: f"rotary=True needs an even "
+         f"per-head width D = embed_dim / num_heads (pairs of coordinates turn together); got D={head_dim}")
+    that(not rotary or rotary_dim is None or type(rotary_dim) is int and 0 < rotary_dim <= head_dim
+         and rotary_dim % 2 == 0, where, lambda: f"rotary=True needs an even `rotary_dim` in 2..D={head_dim}; "
+         f"got {rotary_dim}")
     number(where, "rotary_base", rotary_base, "a number > 1", lambda b: b > 1)
     positive_int(where, "window", window, optional=True)
 

@@ -31,23 +31,62 @@ Shapes:
 
 from __future__ import annotations
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook import _checks as check
 from attnbook.kv_cache import KVCache
 from attnbook.multihead import CausalSelfAttention, MultiHeadAttention
 
-__all__ = ["TransformerBlock", "DecoderBlock"]
+__all__ = ["TransformerBlock", "DecoderBlock", "SwiGLU"]
+
+NORMS = ("layernorm", "rmsnorm")
+ACTIVATIONS = ("gelu", "swiglu")
 
 
-def mlp(embed_dim: int, mlp_ratio: int) -> nn.Sequential:
-    """The position-wise MLP: E -> mlp_ratio·E -> E, with a GELU between.
+def mlp(embed_dim: int, mlp_ratio: int, activation: str = "gelu", bias: bool = True) -> nn.Module:
+    """The position-wise MLP: E -> mlp_ratio·E -> E with a GELU between, or a :class:`SwiGLU`.
 
     Shapes:
         (B, L, E) -> (B, L, E)
     """
-    return nn.Sequential(nn.Linear(embed_dim, mlp_ratio * embed_dim), nn.GELU(),
-                         nn.Linear(mlp_ratio * embed_dim, embed_dim))
+    if activation == "swiglu":
+        return SwiGLU(embed_dim, 2 * mlp_ratio * embed_dim // 3, bias=bias)
+    return nn.Sequential(nn.Linear(embed_dim, mlp_ratio * embed_dim, bias=bias), nn.GELU(),
+                         nn.Linear(mlp_ratio * embed_dim, embed_dim, bias=bias))
+
+
+class SwiGLU(nn.Module):
+    """The MLP of Llama, Qwen3, Gemma 3 and DeepSeek (Shazeer,
+    2020): a gated linear unit, ``down(silu(gate(x)) * up(x))``.
+    Three matrices instead of two, so a hidden width of 2/3 of the
+    GELU MLP's keeps the parameter count (Llama's choice).
+
+    Shapes:
+        x (B, L, E) -> (B, L, E); hidden width F
+    """
+
+    def __init__(self, embed_dim: int, hidden_dim: int, *,
+                 bias: bool = False) -> None:
+        super().__init__()
+        E, F_, b = embed_dim, hidden_dim, bias
+        self.gate_proj = nn.Linear(E, F_, bias=b)  # weight (F, E)
+        self.up_proj = nn.Linear(E, F_, bias=b)  # weight (F, E)
+        self.down_proj = nn.Linear(F_, E, bias=b)  # weight (E, F)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate = F.silu(self.gate_proj(x))  # (B, L, F)
+        gated = gate * self.up_proj(x)  # (B, L, F)
+        return self.down_proj(gated)  # (B, L, E)
+
+
+def norm_layer(kind: str, embed_dim: int, bias: bool) -> nn.Module:
+    """LayerNorm (with a bias unless ``bias=False``) or RMSNorm (no mean removed, no bias).
+
+    Shapes:
+        (B, L, E) -> (B, L, E)
+    """
+    return nn.RMSNorm(embed_dim) if kind == "rmsnorm" else nn.LayerNorm(embed_dim, bias=bias)
 
 
 class TransformerBlock(nn.Module):
@@ -70,6 +109,11 @@ class TransformerBlock(nn.Module):
             sum (post-norm).
         num_kv_heads, rotary, window: today's options of a causal block's attention, see
             :class:`attnbook.multihead.CausalSelfAttention`.
+        normalization: "layernorm" or "rmsnorm" (today's models: no mean removed, no bias).
+        activation: "gelu" (the MLP of GPT-2) or "swiglu" (:class:`SwiGLU`, today's models).
+        bias: biases in the projections, the MLP and the LayerNorms (today's models have none).
+        attention: further options of :class:`~attnbook.multihead.CausalSelfAttention` (e.g.
+            ``{"qk_norm": True}``).
 
     Shapes:
         forward: x (B, L, E), key_mask (B, L) -> (B, L, E), weights (B, H, L, S) or None
@@ -89,22 +133,32 @@ class TransformerBlock(nn.Module):
         num_kv_heads: int | None = None,
         rotary: bool = False,
         window: int | None = None,
+        normalization: str = "layernorm",
+        activation: str = "gelu",
+        bias: bool = True,
+        attention: dict | None = None,
     ) -> None:
         super().__init__()
         where = type(self).__name__
+        check.one_of(where, "normalization", normalization, NORMS)
+        check.one_of(where, "activation", activation, ACTIVATIONS)
+        check.flags(where, bias=bias)
+        check.instance(where, "attention", attention, (dict, type(None)), "a dict of CausalSelfAttention options")
         check.positive_int(where, "mlp_ratio", mlp_ratio)
         check.flags(where, causal=causal, norm_first=norm_first)
         check.that(causal or (max_len, num_kv_heads, rotary, window) == (None, None, False, None), where,
                    "`max_len`, `num_kv_heads`, `rotary` and `window` are options of causal blocks; got causal=False")
+        check.that(causal or attention is None, where, "`attention` holds options of causal blocks; got causal=False")
         self.causal, self.norm_first = causal, norm_first
-        self.norm1 = nn.LayerNorm(embed_dim)
+        self.norm1 = norm_layer(normalization, embed_dim, bias)
         if causal:
             self.attn = CausalSelfAttention(embed_dim, num_heads, dropout=dropout, backend=backend, max_len=max_len,
-                                            num_kv_heads=num_kv_heads, rotary=rotary, window=window)
+                                            num_kv_heads=num_kv_heads, rotary=rotary, window=window, bias=bias,
+                                            **(attention or {}))
         else:
-            self.attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout, backend=backend)
-        self.norm2 = nn.LayerNorm(embed_dim)
-        self.mlp = mlp(embed_dim, mlp_ratio)
+            self.attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout, backend=backend, bias=bias)
+        self.norm2 = norm_layer(normalization, embed_dim, bias)
+        self.mlp = mlp(embed_dim, mlp_ratio, activation, bias)
         self.dropout = nn.Dropout(dropout)  # on each sub-layer's output; nn.Dropout is off in eval mode
 
     def extra_repr(self) -> str:

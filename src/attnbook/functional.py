@@ -88,11 +88,18 @@ def attention(
     is_causal: bool = False,
     scale: float | None = None,
     dropout_p: float = 0.0,
+    sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Scaled dot-product attention, returning output and weights.
 
     ``weights = softmax(q kᵀ · scale + masks)`` over the keys,
     ``output = weights v``.
+
+    With ``sinks`` (gpt-oss's learned sink, one logit s_h per head),
+    each row's softmax runs over its keys and one more logit, s_h,
+    that holds no value: ``weights_j = exp(score_j) / (Σ exp(score)
+    + exp(s_h))``. The weights then sum to less than 1, and a query
+    with nothing to attend to gives its weight to the sink.
 
     Args:
         q, k, v: query, key and value; any leading dims that
@@ -108,6 +115,8 @@ def attention(
         scale: multiplies the scores; defaults to 1/sqrt(D).
         dropout_p: dropout on the weights (pass 0.0 outside
             training); the weights returned are the ones applied.
+        sinks: None, or (H,) one sink logit per head, the heads
+            being the dim before (L, S) of the scores.
 
     Returns:
         (output, weights). A query with nothing to attend to gets
@@ -115,14 +124,19 @@ def attention(
 
     Shapes:
         q (..., L, D), k (..., S, D), v (..., S, Dv),
-        mask (..., L, S), key_mask (B, S)
+        mask (..., L, S), key_mask (B, S), sinks (H,)
         -> output (..., L, Dv), weights (..., L, S)
     """
     check.attention_call("attention", q, k, v, mask, key_mask,
                          is_causal, scale, dropout_p)
+    if sinks is not None:
+        heads = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])[-1:]  # (H,) or ()
+        check.that(isinstance(sinks, Tensor) and sinks.is_floating_point() and sinks.shape == heads != (),
+                   "attention", lambda: f"`sinks` must be a floating tensor (H,), H the dim before (L, S) of "
+                   f"the scores ({heads[0] if heads else 'none here'}); got {check.described(sinks)}")
     return _attention(q, k, v, mask, key_mask=key_mask,
                       is_causal=is_causal, scale=scale,
-                      dropout_p=dropout_p)
+                      dropout_p=dropout_p, sinks=sinks)
 
 
 def _attention(
@@ -135,6 +149,7 @@ def _attention(
     is_causal: bool = False,
     scale: float | None = None,
     dropout_p: float = 0.0,
+    sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """:func:`attention` itself, for callers that have checked
     its arguments (the multi-head modules' readable path).
@@ -152,7 +167,11 @@ def _attention(
         L, S, mask=mask, key_mask=key_mask, is_causal=is_causal,
         ndim=scores.dim(), device=q.device,
     )
-    weights = _masked_softmax(scores, allowed)  # (..., L, S)
+    if sinks is None:
+        weights = _masked_softmax(scores, allowed)  # (..., L, S)
+    else:  # one more logit per row, s_h, that takes weight and holds no value
+        sink = upcast(sinks).to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)  # (..., H, L, 1)
+        weights = _masked_softmax(torch.cat([apply_mask(scores, allowed), sink], -1))[..., :-1]  # (..., L, S)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     output = weights @ v  # (..., L, Dv)

@@ -10,10 +10,14 @@ The modules call it through their class methods, which read as what they make:
   ``torch.nn.MultiheadAttention``;
 * ``CausalSelfAttention.from_llama(layer)`` (:func:`from_llama`): a
   :class:`~attnbook.multihead.CausalSelfAttention` (rotary, grouped-query heads) from a Hugging
-  Face ``LlamaAttention`` layer (or Mistral's, Qwen2's).
+  Face ``LlamaAttention`` layer (or Mistral's, Qwen2's);
+* :func:`from_hf`: the attention layer of any of the families of chapter 14 (Llama, Mistral,
+  Qwen3, Gemma 3, gpt-oss, Qwen3-Next, DeepSeek-V3), every option read from the layer and its
+  config.
 
 The functions that make a module take its class first (``from_torch(MultiHeadAttention, module)``),
-so that this module imports none of the book's modules: the arrow runs from ``multihead`` to here.
+so that this module imports none of the book's modules at import time: the arrow runs from
+``multihead`` to here (:func:`from_hf` imports the two modules it makes when it is called).
 Every copy keeps the dtype and the device of what it copies, and its training mode.
 
 Shapes:
@@ -27,7 +31,10 @@ from torch import nn
 
 from attnbook import _checks as check
 
-__all__ = ["from_torch", "to_torch", "from_llama"]
+__all__ = ["from_torch", "to_torch", "from_llama", "from_hf"]
+
+# Hugging Face's RMSNorms that multiply by (1 + weight) rather than by weight (weights start at 0)
+ONE_PLUS_WEIGHT_NORMS = ("Gemma3RMSNorm", "Qwen3NextRMSNorm")
 
 
 def from_torch(cls: type[nn.Module], module: nn.MultiheadAttention, *, backend: str = "math") -> nn.Module:
@@ -124,3 +131,109 @@ def from_llama(cls: type[nn.Module], layer: nn.Module, *, backend: str = "math",
             if ours.bias is not None:  # a layer without a bias adds zero
                 ours.bias.copy_(proj.bias) if proj.bias is not None else ours.bias.zero_()
     return new.train(layer.training)
+
+
+def _copy(ours: nn.Module, theirs: nn.Module | None, plus_one: bool = False) -> None:
+    """Copy a Linear's or a norm's weight (and bias; a missing bias of theirs is zero), in place."""
+    with torch.no_grad():
+        ours.weight.copy_(theirs.weight + 1.0 if plus_one else theirs.weight)
+        if getattr(ours, "bias", None) is not None:
+            ours.bias.copy_(theirs.bias) if theirs.bias is not None else ours.bias.zero_()
+
+
+def _copy_norm(ours: nn.Module, theirs: nn.Module) -> None:
+    """An RMSNorm's weight; Gemma 3's and Qwen3-Next's multiply by 1 + weight, ours by weight."""
+    _copy(ours, theirs, plus_one=type(theirs).__name__ in ONE_PLUS_WEIGHT_NORMS)
+
+
+def _eps(norm: nn.Module) -> float:
+    return getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
+
+
+def from_hf(layer: nn.Module, backend: str = "math") -> nn.Module:
+    """A library module holding a copy of a Hugging Face attention layer: Llama's, Mistral's,
+    Qwen2's, Qwen3's, Gemma 3's, gpt-oss's or Qwen3-Next's as a
+    :class:`~attnbook.multihead.CausalSelfAttention`, DeepSeek-V3's (or V2's) as a
+    :class:`~attnbook.latent.MultiHeadLatentAttention`. Same dtype, device and training mode.
+
+    Everything comes from the layer and its ``config``: the heads, D (``head_dim``), the scale
+    (``layer.scaling``: Gemma 3's ``query_pre_attn_scalar``, DeepSeek's YaRN ``mscale``), the
+    window of a sliding layer (``layer.sliding_window``; Mistral's ``config.sliding_window``), the
+    rotation (``rope_parameters``, per layer type for Gemma 3; its scaling through
+    :func:`attnbook.positions.rope_frequencies`; Qwen3-Next's ``partial_rotary_factor``;
+    DeepSeek's ``rope_interleave``), QK-norm (``q_norm``, ``k_norm``; Gemma 3's and Qwen3-Next's
+    ``1 + weight`` stored as the weight), Qwen3-Next's output gate (the second half of each head's
+    rows of ``q_proj``), gpt-oss's learned sink logits (``sinks``).
+
+    The module's ``forward(x, cache=None)`` returns ``(output, weights or None)`` for the
+    positions after what ``cache`` holds, causal, under the layer's window; ``new_cache`` makes
+    its cache.
+
+    Shapes:
+        layer's q_proj.weight (H·D, E) [(2·H·D, E) with Qwen3-Next's gate], k_proj.weight and
+        v_proj.weight (H_kv·D, E), o_proj.weight (E, H·D)
+    """
+    from attnbook.latent import MultiHeadLatentAttention
+    from attnbook.multihead import CausalSelfAttention
+    from attnbook.positions import rope_frequencies
+
+    where = "from_hf"
+    check.that(isinstance(layer, nn.Module) and hasattr(layer, "config") and hasattr(layer, "o_proj"), where,
+               lambda: f"`layer` must be a Hugging Face attention layer; got {check.described(layer)}", TypeError)
+    config, name = layer.config, type(layer).__name__
+    check.that(getattr(layer, "attn_logit_softcapping", None) is None, where,
+               lambda: f"`layer` ({name}) caps its scores (attn_logit_softcapping), which the book's modules lack")
+    rope = getattr(config, "rope_parameters", None) or {"rope_type": "default", "rope_theta": config.rope_theta}
+    if getattr(layer, "layer_type", None) in rope:  # Gemma 3: one table per layer type
+        rope = rope[layer.layer_type]
+    w = layer.o_proj.weight
+    if hasattr(layer, "kv_b_proj"):  # DeepSeek: latent attention
+        inv_freq, factor = rope_frequencies(config.qk_rope_head_dim, rope["rope_theta"], rope)
+        new = MultiHeadLatentAttention(
+            config.hidden_size, config.num_attention_heads, kv_rank=config.kv_lora_rank,
+            rope_dim=config.qk_rope_head_dim, nope_dim=config.qk_nope_head_dim, v_dim=config.v_head_dim,
+            q_rank=config.q_lora_rank, inv_freq=inv_freq, attention_factor=factor,
+            rotary_layout="interleaved" if getattr(config, "rope_interleave", False) else "half",
+            scale=layer.scaling, bias=layer.o_proj.bias is not None, eps=_eps(layer.kv_a_layernorm),
+            backend=backend, device=w.device, dtype=w.dtype)
+        pairs = [(new.kv_down, layer.kv_a_proj_with_mqa), (new.kv_up, layer.kv_b_proj), (new.out_proj, layer.o_proj)]
+        pairs += ([(new.q_proj, layer.q_proj)] if config.q_lora_rank is None else
+                  [(new.q_down, layer.q_a_proj), (new.q_up, layer.q_b_proj)])
+        for ours, theirs in pairs:
+            _copy(ours, theirs)
+        _copy_norm(new.kv_norm, layer.kv_a_layernorm)
+        if config.q_lora_rank is not None:
+            _copy_norm(new.q_norm, layer.q_a_layernorm)
+        return new.train(layer.training)
+    E, H, H_kv, D = config.hidden_size, config.num_attention_heads, config.num_key_value_heads, layer.head_dim
+    gated = layer.q_proj.out_features == 2 * H * D  # Qwen3-Next: each head's query rows, then its gate rows
+    window = getattr(layer, "sliding_window", None) if name != "MistralAttention" else config.sliding_window
+    qk_norm = hasattr(layer, "q_norm")
+    sinks = getattr(layer, "sinks", None)
+    theirs = [layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj]
+    new = CausalSelfAttention(
+        E, H, num_kv_heads=H_kv, head_dim=D, scale=layer.scaling, bias=any(p.bias is not None for p in theirs),
+        dropout=getattr(config, "attention_dropout", 0.0), backend=backend, rotary=True,
+        rotary_base=rope["rope_theta"], rotary_dim=int(D * rope.get("partial_rotary_factor", 1.0)),
+        rotary_scaling=rope, window=window, qk_norm=qk_norm, norm_eps=_eps(layer.q_norm) if qk_norm else 1e-6,
+        gate=gated, **({} if sinks is None else {"sinks": True}), device=w.device, dtype=w.dtype)
+    for ours, proj in zip((new.k_proj, new.v_proj, new.out_proj), theirs[1:]):
+        _copy(ours, proj)
+    if not gated:
+        _copy(new.q_proj, layer.q_proj)
+    else:
+        rows = layer.q_proj.weight.view(H, 2, D, E)  # (H, 2, D, E): each head's query rows, then its gate rows
+        bias = None if layer.q_proj.bias is None else layer.q_proj.bias.view(H, 2, D)
+        with torch.no_grad():
+            for i, ours in enumerate((new.q_proj, new.gate_proj)):
+                ours.weight.copy_(rows[:, i].reshape(H * D, E))
+                if ours.bias is not None:
+                    ours.bias.copy_(bias[:, i].reshape(H * D))
+    if qk_norm:
+        _copy_norm(new.q_norm, layer.q_norm)
+        _copy_norm(new.k_norm, layer.k_norm)
+    if sinks is not None:
+        with torch.no_grad():
+            new.sinks.copy_(sinks)
+    return new.train(layer.training)
+

@@ -2,7 +2,8 @@
 
 * :func:`padding_mask` is True on the real tokens of a padded batch, (B, S).
 * :func:`causal_mask` lets query i see keys j <= i + (S - L): aligned to the bottom right; with
-  a ``window`` W, only the last W of them (a band).
+  a ``window`` W, only the last W of them (a band); with ``sink_tokens`` n, the first n keys too
+  (StreamingLLM's attention sinks).
 * :func:`expand_key_mask` turns a (B, S) padding mask into (B, 1, S), ready to broadcast against
   scores (B, L, S) (or (B, 1, 1, S) against (B, H, L, S)).
 * :func:`combine_masks` is the one rule for combining masks, used by every attention path.
@@ -54,6 +55,7 @@ def causal_mask(
     device: torch.device | str | None = None,
     *,
     window: int | None = None,
+    sink_tokens: int = 0,
     rows: slice | None = None,
     cols: slice | None = None,
 ) -> Tensor:
@@ -65,11 +67,15 @@ def causal_mask(
 
     With a ``window`` W the mask is a band: each query sees itself and the W - 1 keys before it,
     ``i + (S - L) - W < j <= i + (S - L)`` (Mistral's sliding window; W = 1 sees only itself).
+    With ``sink_tokens`` n as well, the first n keys stay visible to every query that has reached
+    them, ``j < n`` (StreamingLLM, Xiao et al., 2024: models park weight on the first tokens, and
+    a window that drops them breaks that habit).
 
     Args:
         L, S: the numbers of queries and keys (S defaults to L).
         device: where to build the mask.
         window: W, how many keys (itself included) each query sees; None: every earlier key.
+        sink_tokens: n, how many first keys a window keeps in sight (0: none).
         rows, cols: only this block of the (L, S) mask (tiled attention builds one tile at a time).
 
     Shapes:
@@ -77,16 +83,19 @@ def causal_mask(
     """
     S = L if S is None else S
     check.causal_mask_call("causal_mask", L, S, device, window)
-    return _causal_mask(L, S, device, window=window, rows=rows, cols=cols)
+    check.nonnegative_ints("causal_mask", sink_tokens=sink_tokens)
+    return _causal_mask(L, S, device, window=window, sink_tokens=sink_tokens, rows=rows, cols=cols)
 
 
-def _causal_mask(L, S, device=None, *, window=None, rows=None, cols=None):
+def _causal_mask(L, S, device=None, *, window=None, sink_tokens=0, rows=None, cols=None):
     """:func:`causal_mask` for callers that have checked its inputs."""
     rows, cols = rows or slice(0, L), cols or slice(0, S)
     i = torch.arange(L, device=device)[rows, None] + (S - L)  # (L, 1): each query's place among the keys
     j = torch.arange(S, device=device)[None, cols]  # (1, S)
     allowed = j <= i  # (L, S)
-    return allowed if window is None else allowed & (j > i - window)  # (L, S): the band of the last W keys
+    if window is None:
+        return allowed
+    return allowed & ((j > i - window) | (j < sink_tokens))  # (L, S): the band of the last W keys, the first n
 
 
 def expand_key_mask(key_mask: Tensor, ndim: int = 3) -> Tensor:

@@ -32,6 +32,7 @@ keys and False on padding; PyTorch's ``key_padding_mask`` means the opposite.
 
 from __future__ import annotations
 
+import math
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +43,7 @@ from attnbook import interop
 from attnbook.functional import _attention, _fused_attention, _merge_heads, _split_heads, merge_heads, split_heads
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask
-from attnbook.positions import apply_rotary
+from attnbook.positions import apply_rotary, rope_frequencies
 
 __all__ = ["MultiHeadAttention", "CausalSelfAttention", "split_heads", "merge_heads"]
 
@@ -59,20 +60,28 @@ class _MultiHead(nn.Module):
 
     def __init__(self, where: str, embed_dim: int, num_heads: int, *, kdim: int | None = None,
                  vdim: int | None = None, num_kv_heads: int | None = None, bias: bool = True, dropout: float = 0.0,
-                 backend: str = "math", device=None, dtype=None) -> None:
+                 backend: str = "math", sinks: bool = False, device=None, dtype=None,
+                 head_dim: int | None = None) -> None:
         super().__init__()
         kdim, vdim = embed_dim if kdim is None else kdim, embed_dim if vdim is None else vdim
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         check.multihead_options(where, embed_dim, num_heads, kdim, vdim, num_kv_heads, bias, dropout, backend,
-                                BACKENDS, device, dtype)
-        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
-        self.num_kv_heads, kv_width = num_kv_heads, num_kv_heads * (embed_dim // num_heads)  # H_kv, H_kv * D
+                                BACKENDS, device, dtype, head_dim)
+        check.flags(where, sinks=sinks)
+        check.that(not sinks or backend == "math", where, "sinks=True needs backend='math' (PyTorch's fused kernels "
+                   "have no sink logit)")
+        D = head_dim or embed_dim // num_heads  # E / H unless given (Qwen3, Gemma 3: D·H != E)
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, D
+        self.num_kv_heads, kv_width = num_kv_heads, num_kv_heads * D  # H_kv, H_kv * D
         self.kdim, self.vdim, self.dropout, self.backend = kdim, vdim, float(dropout), backend
+        self.scale = 1.0 / math.sqrt(D)  # multiplies the scores
         factory = {"bias": bias, "device": device, "dtype": dtype}
-        self.q_proj = nn.Linear(embed_dim, embed_dim, **factory)  # weight (E, E)
+        self.q_proj = nn.Linear(embed_dim, num_heads * D, **factory)  # weight (H * D, E)
         self.k_proj = nn.Linear(kdim, kv_width, **factory)  # weight (H_kv * D, Ek)
         self.v_proj = nn.Linear(vdim, kv_width, **factory)  # weight (H_kv * D, Ev)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, **factory)  # weight (E, E)
+        self.out_proj = nn.Linear(num_heads * D, embed_dim, **factory)  # weight (E, H * D)
+        # gpt-oss's learned sink: one logit per head that joins each softmax and holds no value
+        self.sinks = nn.Parameter(torch.zeros(num_heads, device=device, dtype=dtype)) if sinks else None  # (H,)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -99,6 +108,7 @@ class _MultiHead(nn.Module):
         is_causal: bool,
         need_weights: bool,
         average_attn_weights: bool,
+        gate: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attention in every head, the heads merged, and the output
         projection.
@@ -125,7 +135,7 @@ class _MultiHead(nn.Module):
             out = _fused_attention(
                 q, k, v, mask, key_mask=key_mask,
                 is_causal=is_causal, dropout_p=dropout_p,
-                enable_gqa=groups > 1,
+                enable_gqa=groups > 1, scale=self.scale,
             )
             weights = None
         else:
@@ -139,8 +149,12 @@ class _MultiHead(nn.Module):
             out, weights = _attention(
                 q, k, v, mask, key_mask=key_mask,
                 is_causal=is_causal, dropout_p=dropout_p,
+                scale=self.scale, sinks=self.sinks,
             )
-        out = self.out_proj(_merge_heads(out))  # (B, L, E)
+        out = _merge_heads(out)  # (B, H, L, D) -> (B, L, H·D)
+        if gate is not None:  # Qwen3-Next's, per coordinate
+            out = out * torch.sigmoid(gate)  # (B, L, H·D)
+        out = self.out_proj(out)  # (B, L, E)
         if need_weights and average_attn_weights:
             weights = weights.mean(dim=1)  # (B, L, S)
         return out, weights if need_weights else None
@@ -160,6 +174,8 @@ class MultiHeadAttention(_MultiHead):
         dropout: dropout on the attention weights, in training only.
         backend: "math" (readable, can return weights) or "sdpa" (fused
             ``F.scaled_dot_product_attention``, no weights).
+        sinks: a learned sink logit per head, ``sinks`` (H,), starting at 0
+            (:func:`attnbook.functional.attention`'s ``sinks``; backend "math").
 
     Shapes:
         forward: query (B, L, E), key (B, S, Ek), value (B, S, Ev)
@@ -176,11 +192,12 @@ class MultiHeadAttention(_MultiHead):
         bias: bool = True,
         dropout: float = 0.0,
         backend: str = "math",
+        sinks: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__("MultiHeadAttention", embed_dim, num_heads, kdim=kdim, vdim=vdim, bias=bias,
-                         dropout=dropout, backend=backend, device=device, dtype=dtype)
+                         dropout=dropout, backend=backend, sinks=sinks, device=device, dtype=dtype)
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kdim={self.kdim}, "
@@ -258,6 +275,13 @@ class CausalSelfAttention(_MultiHead):
       (:func:`attnbook.masks.causal_mask` with ``window``), and :meth:`new_cache` makes a rolling
       cache that keeps only the last W keys and values.
 
+    And those of 2025-26 (chapter 14), each off by default: ``qk_norm`` (Qwen3, Gemma 3), an
+    RMSNorm over each head's D coordinates of queries and keys (``q_norm``, ``k_norm``) before the
+    rotation, so that a score grows only through the norms' weights; ``gate`` (Qwen3-Next), each
+    head's output times ``sigmoid(gate_proj(x))`` (E -> H·D) before ``out_proj``; ``head_dim`` D
+    other than E / H; ``scale`` other than 1 / sqrt(D) (Gemma 3); ``rotary_dim`` < D, the first
+    coordinates only (Qwen3-Next); ``rotary_layout`` (:func:`attnbook.positions.apply_rotary`).
+
     Args:
         embed_dim: E.
         num_heads: H; must divide ``embed_dim``.
@@ -268,7 +292,15 @@ class CausalSelfAttention(_MultiHead):
         num_kv_heads: H_kv, which must divide H; None: H (one key/value head per query head).
         rotary: rotate queries and keys by their positions; D must be even.
         rotary_base: the rotation's base (Llama's ``rope_theta``).
+        rotary_scaling: None, or a Hugging Face rope-parameters dict ("linear",
+            "yarn", "llama3"): the table of :func:`attnbook.positions.rope_frequencies`,
+            its attention factor multiplying the rotated queries and keys.
         window: W >= 1, the sliding window, or None: every earlier position.
+        sink_tokens: with a window, the first n positions stay in sight of every
+            query (StreamingLLM; :func:`attnbook.masks.causal_mask`); the cache then
+            keeps every position.
+        sinks: a learned sink logit per head (gpt-oss; see :class:`MultiHeadAttention`).
+        head_dim, scale, qk_norm, norm_eps, gate, rotary_dim, rotary_layout: as above.
 
     Shapes:
         forward: x (B, L, E) -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None,
@@ -287,20 +319,45 @@ class CausalSelfAttention(_MultiHead):
         num_kv_heads: int | None = None,
         rotary: bool = False,
         rotary_base: float = 10000.0,
+        rotary_scaling: dict | None = None,
         window: int | None = None,
+        sink_tokens: int = 0,
+        sinks: bool = False,
+        head_dim: int | None = None,
+        scale: float | None = None,
+        qk_norm: bool = False,
+        norm_eps: float = 1e-6,
+        gate: bool = False,
+        rotary_dim: int | None = None,
+        rotary_layout: str = "half",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         where = "CausalSelfAttention"
         super().__init__(where, embed_dim, num_heads, num_kv_heads=num_kv_heads, bias=bias, dropout=dropout,
-                         backend=backend, device=device, dtype=dtype)
-        check.causal_options(where, self.head_dim, max_len, rotary, rotary_base, window)
+                         backend=backend, sinks=sinks, device=device, dtype=dtype, head_dim=head_dim)
+        check.causal_options(where, self.head_dim, max_len, rotary, rotary_base, window, rotary_dim)
+        check.flags(where, qk_norm=qk_norm, gate=gate)
+        rotary_dim = self.head_dim if rotary_dim is None else rotary_dim
+        check.one_of(where, "rotary_layout", rotary_layout, ("half", "interleaved"))
+        check.that(sink_tokens == 0 or window is not None and check.positive_int(where, "sink_tokens", sink_tokens),
+                   where, lambda: f"`sink_tokens` must be 0, or an int > 0 with a window; got {sink_tokens!r}")
+        check.number(where, "scale", 1.0 if scale is None else scale, "a number > 0", lambda s: s > 0)
         self.max_len, self.rotary, self.rotary_base, self.window = max_len, rotary, float(rotary_base), window
+        self.sink_tokens, self.rotary_scaling = sink_tokens, rotary_scaling
+        self.rotary_dim, self.rotary_layout, self.qk_norm = rotary_dim, rotary_layout, qk_norm
+        self.scale = self.scale if scale is None else float(scale)
+        if rotary:
+            rope_frequencies(rotary_dim, self.rotary_base, rotary_scaling)  # checks the scaling
+        factory = {"device": device, "dtype": dtype}
+        if qk_norm:  # weights (D,) each, shared by the heads
+            self.q_norm, self.k_norm = (nn.RMSNorm(self.head_dim, eps=norm_eps, **factory) for _ in "qk")
+        self.gate_proj = nn.Linear(embed_dim, num_heads * self.head_dim, bias=bias, **factory) if gate else None
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
                 f"dropout={self.dropout}, backend={self.backend!r}, max_len={self.max_len}, rotary={self.rotary}, "
-                f"window={self.window}")
+                f"window={self.window}, head_dim={self.head_dim}, qk_norm={self.qk_norm}, gate={bool(self.gate_proj)}")
 
     def new_cache(self, batch_size: int, max_len: int) -> KVCache:
         """An empty :class:`KVCache` that fits this module (its key/value heads, width, dtype and
@@ -310,7 +367,8 @@ class CausalSelfAttention(_MultiHead):
             -> a cache holding up to (B, H_kv, max_len, D) keys and values, or (B, H_kv, W, D)
         """
         w = self.out_proj.weight
-        return KVCache(batch_size, self.num_kv_heads, max_len, self.head_dim, window=self.window, dtype=w.dtype,
+        window = None if self.sink_tokens else self.window  # sink tokens: keep all, the mask picks (no rolling)
+        return KVCache(batch_size, self.num_kv_heads, max_len, self.head_dim, window=window, dtype=w.dtype,
                        device=w.device)
 
     def forward(
@@ -326,20 +384,53 @@ class CausalSelfAttention(_MultiHead):
         Shapes:
             x (B, L, E) -> output (B, L, E), weights (B, L, S) | (B, H, L, S) | None
         """
-        check.causal_call("CausalSelfAttention.forward", self, x, cache, KVCache, need_weights, average_attn_weights)
+        where = "CausalSelfAttention.forward"
+        check.causal_call(where, self, x, cache, KVCache, need_weights, average_attn_weights)
+        check.that(cache is None or not (cache.window and self.sink_tokens), where, lambda: f"`cache` keeps "
+                   f"window={cache.window} positions; queries see sink_tokens={self.sink_tokens} (use new_cache)")
         L, past = x.shape[1], 0 if cache is None else len(cache)  # past: the position of the first new token
-        q = _split_heads(self.q_proj(x), self.num_heads)  # (B, H, L, D)
-        k = _split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
+        q, k = self.queries_and_keys(x, past)  # (B, H, L, D), (B, H_kv, L, D)
         v = _split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, L, D)
-        if self.rotary:
-            positions = torch.arange(past, past + L, device=x.device)  # (L,): absolute, after the cached ones
-            q, k = apply_rotary(q, positions, self.rotary_base), apply_rotary(k, positions, self.rotary_base)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H_kv, S, D): the cached positions, then the L new ones
         # the causal mask, aligned to the bottom right; with a window, its band of the last W keys
-        mask = None if self.window is None else causal_mask(L, k.shape[2], x.device, window=self.window)  # (L, S)
+        mask = None if self.window is None else causal_mask(L, k.shape[2], x.device, window=self.window,
+                                                            sink_tokens=self.sink_tokens)  # (L, S)
+        gate = None if self.gate_proj is None else self.gate_proj(x)  # (B, L, H·D)
         return self._attend(q, k, v, mask=mask, is_causal=self.window is None, need_weights=need_weights,
-                            average_attn_weights=average_attn_weights)
+                            average_attn_weights=average_attn_weights, gate=gate)
+
+    def queries_and_keys(self, x: Tensor,
+                         past: int = 0) -> tuple[Tensor, Tensor]:
+        """The queries and keys of ``x``'s positions past .. past +
+        L - 1: projected, split into heads, normalised (``qk_norm``)
+        and then rotated (``rotary``).
+
+        Shapes:
+            x (B, L, E) -> q (B, H, L, D), k (B, H_kv, L, D)
+        """
+        q = _split_heads(self.q_proj(x), self.num_heads)  # (B,H,L,D)
+        k = _split_heads(self.k_proj(x), self.num_kv_heads)
+        if self.qk_norm:  # each head's D coordinates, before turning
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rotary:  # positions after the cached ones: (L,)
+            L = x.shape[1]
+            positions = torch.arange(past, past + L, device=x.device)
+            q = self._rotate(q, positions)
+            k = self._rotate(k, positions)
+        return q, k
+
+    def _rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """The first ``rotary_dim`` coordinates (all by default) turned with the table of ``rotary_scaling``
+        (plain, or scaled), times its attention factor (YaRN's; 1 otherwise).
+
+        Shapes:
+            x (B, H, L, D), positions (L,) -> (B, H, L, D)
+        """
+        R = self.rotary_dim
+        inv_freq, factor = rope_frequencies(R, self.rotary_base, self.rotary_scaling)  # (R/2,), a float
+        turned = apply_rotary(x[..., :R], positions, layout=self.rotary_layout, inv_freq=inv_freq) * factor
+        return turned if R == x.shape[-1] else torch.cat([turned, x[..., R:]], dim=-1)  # (B, H, L, D)
 
     @classmethod
     def from_llama(cls, layer: nn.Module, backend: str = "math", window: int | None = None) -> CausalSelfAttention:

@@ -13,6 +13,12 @@ Shapes:
     sinusoidal_positions -> (L, E)
     LearnedPositions: x (B, L, E) -> (B, L, E)
     apply_rotary: x (..., L, D), positions (L,) -> (..., L, D), either layout of the pairs
+    rope_frequencies -> inv_freq (D/2,), attention_factor
+    interleaved_to_half: weight (H·D, E) -> (H·D, E)
+
+For sequences longer than training saw, :func:`rope_frequencies` gives the tables of today's
+long-context recipes (position interpolation, YaRN, Llama 3.1), which ``apply_rotary`` takes as
+``inv_freq``.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from torch import Tensor, nn
 
 from attnbook import _checks as check
 
-__all__ = ["sinusoidal_positions", "LearnedPositions", "apply_rotary"]
+__all__ = ["sinusoidal_positions", "LearnedPositions", "apply_rotary", "rope_frequencies",
+           "interleaved_to_half"]
 
 
 def sinusoidal_positions(
@@ -98,7 +105,8 @@ class LearnedPositions(nn.Module):
 
 def apply_rotary(x: Tensor, positions: Tensor,
                  base: float = 10000.0, *,
-                 layout: str = "half") -> Tensor:
+                 layout: str = "half",
+                 inv_freq: Tensor | None = None) -> Tensor:
     """Rotary positions: turn each pair of coordinates of ``x`` by an
     angle that grows with the position.
 
@@ -133,16 +141,25 @@ def apply_rotary(x: Tensor, positions: Tensor,
             ``1 / base`` only for wide heads (1.2e-4 for D = 128 and
             base 10000, but 1e-3 for D = 8).
         layout: "half" or "interleaved": which coordinates pair up.
+        inv_freq: the turning speed of every pair, (D/2,), in place
+            of the table from ``base`` (a scaled table from
+            :func:`rope_frequencies`).
 
     Shapes:
-        x (..., L, D), positions (L,) -> (..., L, D)
+        x (..., L, D), positions (L,), inv_freq (D/2,)
+        -> (..., L, D)
     """
     check.rotary_inputs("apply_rotary", x, positions, base, layout)
     D = x.shape[-1]
     mps = x.device.type == "mps"  # MPS has no float64
     exact = torch.float32 if mps else torch.float64
-    pairs = torch.arange(0, D, 2, dtype=exact, device=x.device)  # 2n
-    rates = 1.0 / base ** (pairs / D)  # (D/2,)
+    check.that(inv_freq is None or isinstance(inv_freq, Tensor) and inv_freq.shape == (D // 2,), "apply_rotary",
+               lambda: f"`inv_freq` must be a tensor (D/2,) = ({D // 2},); got {check.described(inv_freq)}")
+    if inv_freq is None:
+        pairs = torch.arange(0, D, 2, dtype=exact, device=x.device)  # 2n
+        rates = 1.0 / base ** (pairs / D)  # (D/2,)
+    else:
+        rates = inv_freq.to(x.device, exact)  # (D/2,)
     angles = positions.to(exact)[:, None] * rates  # (L, D/2)
     cos = angles.cos().to(x.dtype)  # (L, D/2)
     sin = angles.sin().to(x.dtype)  # (L, D/2)
@@ -156,3 +173,104 @@ def apply_rotary(x: Tensor, positions: Tensor,
         return torch.cat([turned_1, turned_2], dim=-1)  # (..., L, D)
     both = torch.stack([turned_1, turned_2], -1)  # (..., L, D/2, 2)
     return both.flatten(-2)  # (..., L, D): 2n, 2n + 1 side by side
+
+
+def rope_frequencies(head_dim: int, base: float = 10000.0,
+                     scaling: dict | None = None) -> tuple[Tensor, float]:
+    """The turning speed of each rotary pair, plain or scaled for
+    sequences longer than training saw, as Hugging Face computes it.
+
+    Plain: ``inv_freq[n] = base^(-2n/D)``; pair n repeats every
+    ``2π / inv_freq[n]`` positions (its wavelength). ``scaling`` is a
+    Hugging Face ``rope_parameters`` dict; its ``"rope_type"`` picks:
+
+    * ``"linear"`` (position interpolation, Chen et al., 2023): every
+      speed divided by ``factor``, as if positions were p / factor;
+    * ``"llama3"`` (Llama 3.1): pairs slower than
+      ``original_max_position_embeddings / low_freq_factor`` (in
+      wavelength) divided by ``factor``, pairs faster than
+      ``... / high_freq_factor`` kept, a linear blend between;
+    * ``"yarn"`` (Peng et al., 2024): the same idea counted in turns
+      over the original length (``beta_fast``, default 32, and
+      ``beta_slow``, default 1, bound the blend; ``truncate``,
+      default True, rounds the bounds outward), and an attention
+      factor ``0.1 ln(factor) + 1`` (``mscale``/``mscale_all_dim``
+      or ``attention_factor`` when given) that multiplies cos and
+      sin: apply it as ``apply_rotary(...) * attention_factor``.
+
+    The dict's ``"rope_theta"``, when present, is the base. Computed
+    in float64 (Hugging Face computes in float32).
+
+    Args:
+        head_dim: D, the rotated width, even.
+        base: ``rope_theta``.
+        scaling: None or a rope-parameters dict, as above.
+
+    Shapes:
+        -> inv_freq (D/2,) float64, attention_factor (a float)
+    """
+    where = "rope_frequencies"
+    check.that(isinstance(head_dim, int) and head_dim > 0 and head_dim % 2 == 0, where,
+               lambda: f"`head_dim` must be an even int > 0; got {head_dim!r}")
+    check.that(scaling is None or isinstance(scaling, dict), where,
+               lambda: f"`scaling` must be None or a dict; got {check.described(scaling)}", TypeError)
+    scaling = dict(scaling or {"rope_type": "default"})
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    check.one_of(where, 'scaling["rope_type"]', kind, ("default", "linear", "yarn", "llama3"))
+    base = scaling.get("rope_theta", base)
+    check.number(where, "base", base, "a number > 1", lambda b: b > 1)
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (D/2,)
+    if kind == "default":
+        return inv_freq, 1.0
+    needs = {"linear": ["factor"], "yarn": ["factor", "original_max_position_embeddings"],
+             "llama3": ["factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"]}[kind]
+    check.that(all(key in scaling for key in needs), where,
+               lambda: f"`scaling` of rope_type {kind!r} needs the keys {needs}; got {sorted(scaling)}", KeyError)
+    factor = scaling["factor"]
+    check.number(where, 'scaling["factor"]', factor, "a number >= 1", lambda f: f >= 1)
+    if kind == "linear":  # every pair slowed down: positions p / factor
+        return inv_freq / factor, 1.0
+    old = scaling["original_max_position_embeddings"]  # the length trained on
+    if kind == "llama3":  # by wavelength: slow pairs / factor, fast pairs kept, a blend between
+        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+        smooth = ((old * inv_freq / (2 * math.pi) - low) / (high - low)).clamp(0, 1)  # 0: slow, 1: fast
+        return (1 - smooth) * inv_freq / factor + smooth * inv_freq, 1.0
+
+    def pair_with_turns(turns):  # the (fractional) pair that turns `turns` times over the old length
+        return head_dim * math.log(old / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    fast, slow = pair_with_turns(scaling.get("beta_fast") or 32), pair_with_turns(scaling.get("beta_slow") or 1)
+    if scaling.get("truncate", True):
+        fast, slow = math.floor(fast), math.ceil(slow)
+    fast, slow = max(fast, 0), min(slow, head_dim - 1)
+    slow += 0.001 if fast == slow else 0  # as Hugging Face: no division by zero
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float64) - fast) / (slow - fast)).clamp(0, 1)  # 1: slow
+    factor_of = lambda m: 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0  # noqa: E731
+    attention = scaling.get("attention_factor")
+    if attention is None:
+        m, m_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+        attention = factor_of(m) / factor_of(m_all) if m and m_all else factor_of(1)
+    return ramp * inv_freq / factor + (1 - ramp) * inv_freq, float(attention)
+
+
+def interleaved_to_half(weight: Tensor, num_heads: int) -> Tensor:
+    """The rows of a query or key projection, reordered from the
+    interleaved layout to the half layout.
+
+    In each head, row 2n (the first of pair n, interleaved) goes to
+    row n, and row 2n + 1 to row n + D/2, so that pair n meets
+    ``apply_rotary(..., layout="half")`` where it met the interleaved
+    rotation: the scores are the same (Hugging Face's conversion of
+    Meta's Llama weights, ``permute``, does this).
+
+    Shapes:
+        weight (H·D, E) -> (H·D, E)
+    """
+    where = "interleaved_to_half"
+    check.tensor(where, "weight", weight, "H·D, E")
+    check.that(isinstance(num_heads, int) and num_heads > 0 and weight.shape[0] % (2 * num_heads) == 0, where,
+               lambda: f"`num_heads` must be an int > 0 with an even D = rows / num_heads; got {num_heads!r} "
+                       f"for {weight.shape[0]} rows")
+    HD, E = weight.shape
+    per_head = weight.view(num_heads, HD // num_heads // 2, 2, E)  # (H, D/2, 2, E): pair n, its 2 rows
+    return per_head.transpose(1, 2).reshape(HD, E)  # (H·D, E): each head's first rows, then its second

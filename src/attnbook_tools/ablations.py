@@ -142,6 +142,8 @@ VARIANTS = {
     "no_residual": {"residual": False},
     "no_norm": {"norm": None},
     "post_norm": {"norm": "post"},
+    # today's block (Llama, Qwen3, Gemma 3, DeepSeek): RMSNorm and SwiGLU, no biases; chapter 14 trains it
+    "today": {"normalization": "rmsnorm", "activation": "swiglu", "bias": False},
 }
 
 EXPERIMENTS = {
@@ -223,6 +225,8 @@ def ablation_model(variant: str, *, num_layers: int, vocab_size: int, embed_dim:
     )
     if options.get("norm", "pre") is None:
         model.norm = nn.Identity()
+    if options.get("normalization") == "rmsnorm":
+        model.norm = nn.RMSNorm(embed_dim)
     return model
 
 

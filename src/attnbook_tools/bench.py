@@ -91,6 +91,7 @@ class Sizes:
     decode_repeats: int = 31  # one decoded token takes milliseconds: many repeats for a steady median
     check_repeats: int = 15  # rounds for the cost of the checks (calls of tens to hundreds of µs)
     min_run_time: float = 0.05  # seconds of calls per blocked_autorange measurement
+    latent_layer: tuple[int, ...] = (1024, 16, 256, 32, 64, 64, 1024)  # (E, H, C, R, Dn, Dv, cached tokens S)
 
 
 FULL = Sizes(
@@ -129,6 +130,7 @@ SMOKE = Sizes(
     decode_repeats=2,
     check_repeats=2,
     min_run_time=0.005,
+    latent_layer=(64, 4, 16, 4, 8, 8, 64),
 )
 
 
@@ -306,6 +308,41 @@ def bench_decode_step(sizes: Sizes) -> dict:
             "cache_bytes": cache_bytes, "same_as_full": same}
 
 
+def bench_latent(sizes: Sizes) -> dict:
+    """One decoded token at S cached tokens through multi-head latent attention, plain (every
+    head's keys and values formed from the cached latents) against absorbed (attention in latent
+    space), and the cache's bytes against multi-head attention's of H heads of Dn + R.
+
+    Shapes:
+        prefix (1, S, E), token (1, 1, E); cache (1, S + 1, C) and (1, S + 1, R); no tensors returned
+    """
+    from attnbook.latent import MultiHeadLatentAttention
+
+    E, H, C, R, Dn, Dv, S = sizes.latent_layer
+    torch.manual_seed(0)
+    sequence = torch.randn(1, S + 1, E)  # (B, S + 1, E)
+    # the readable path: PyTorch's fused kernels fall back to their slow math path for one query
+    # against a key head shared by every query head (enable_gqa) under a mask
+    layer = MultiHeadLatentAttention(E, H, kv_rank=C, rope_dim=R, nope_dim=Dn, v_dim=Dv, backend="math").eval()
+    cache = layer.new_cache(1, S + 1)
+
+    def step(absorb: bool) -> Callable[[], torch.Tensor]:
+        def run() -> torch.Tensor:
+            cache.length = S  # S cached tokens again
+            return layer(sequence[:, S:], cache=cache, absorb=absorb)[0]
+        return run
+
+    with torch.inference_mode():
+        layer(sequence[:, :S], cache=cache)
+        same = bool(torch.allclose(step(True)(), step(False)(), atol=1e-5, rtol=1e-4))
+        medians = timed_medians({"plain": step(False), "absorbed": step(True)}, rounds=sizes.decode_repeats,
+                                min_run_time=sizes.min_run_time)
+    latent_bytes = cache._latents.nbytes + cache._k_rope.nbytes
+    mha_bytes = 2 * H * (Dn + R) * (S + 1) * 4  # float32 keys and values of H heads of Dn + R
+    return {"E": E, "H": H, "C": C, "R": R, "Dn": Dn, "Dv": Dv, "cached": S, "backend": "math", "seconds": medians,
+            "cache_bytes": {"latent": latent_bytes, "mha": mha_bytes}, "absorbed_equals_plain": same}
+
+
 # ----------------------------------------------------------------------------- the checks' cost
 def recorded_checks(call: Callable[[], object]) -> list[tuple[Callable, tuple, dict]]:
     """The check calls, with their arguments, that one run of ``call`` makes into
@@ -394,6 +431,7 @@ def run(sizes: Sizes, *, threads: int) -> dict:
     results["tiled"] = bench_tiled(sizes)
     results["kv_cache"] = bench_kv_cache(sizes)
     results["decode_step"] = bench_decode_step(sizes)
+    results["latent"] = bench_latent(sizes)
     results["linear"] = bench_linear(smoke=sizes is SMOKE)  # chapter 15's rows
     results["ratios"] = ratios(results)
     results["wall_seconds"] = time.perf_counter() - start

@@ -23,6 +23,8 @@ TARGETS: dict[str, tuple[str, float, str]] = {
     "gqa_cache_memory": ("min", None, "multi-head / grouped-query cache, bytes (H / H_kv expected)"),
     "gqa_decode_time": ("max", None, "grouped-query / multi-head decoding, time per token"),
     "cached_vs_recompute": ("min", 10.0, "recomputing the sequence / one cached step, time per token"),
+    "mla_cache_memory": ("min", None, "multi-head / latent attention cache, bytes (2·H·(Dn + R) / (C + R))"),
+    "mla_absorbed_decode_time": ("max", None, "latent attention, absorbed / plain form, time per token"),
 }
 
 
@@ -57,6 +59,10 @@ def ratios(results: dict) -> dict[str, float]:
     ratios[f"gqa_decode_time[{tag}]"] = d["seconds"]["gqa"] / d["seconds"]["mha"]
     ratios[f"cached_vs_recompute[S={d['cached']} cached, E={d['E']} H={d['H']}]"] = (
         d["seconds"]["recompute"] / d["seconds"]["mha"])
+    m = results["latent"]
+    tag = f"S={m['cached']} cached, E={m['E']} H={m['H']} C={m['C']} R={m['R']}"
+    ratios[f"mla_cache_memory[{tag}]"] = m["cache_bytes"]["mha"] / m["cache_bytes"]["latent"]
+    ratios[f"mla_absorbed_decode_time[{tag}]"] = m["seconds"]["absorbed"] / m["seconds"]["plain"]
     return ratios
 
 

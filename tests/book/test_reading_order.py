@@ -39,6 +39,7 @@ MODULE_TAUGHT_IN = {
     "attnbook.tasks.induction": "chapters/12_induction_heads",
     "attnbook.linear": "chapters/15_linear_attention",
     "attnbook.interop": "chapters/08_multi_head_attention",  # the copies behind from_torch, from_llama
+    "attnbook.latent": "chapters/14_attention_in_2026",
 }
 
 # Names of those modules that are taught after the rest of their module: the trainers of later
@@ -81,6 +82,8 @@ TAUGHT_IN = {
     "sinusoidal_positions": "chapters/06_queries_keys_values",
     "LearnedPositions": "chapters/06_queries_keys_values",
     "apply_rotary": "chapters/10_rotary_positions",
+    "rope_frequencies": "chapters/13_positions_at_length",
+    "interleaved_to_half": "chapters/13_positions_at_length",
     # attnbook.multihead: heads are the subject of chapter 8
     "MultiHeadAttention": "chapters/08_multi_head_attention",
     "split_heads": "chapters/08_multi_head_attention",
@@ -92,6 +95,7 @@ TAUGHT_IN = {
     "TinyTransformer": "chapters/08b_transformer_block",
     "TransformerBlock": "chapters/08b_transformer_block",
     "DecoderBlock": "chapters/08c_cross_attention",
+    "SwiGLU": "chapters/14_attention_in_2026",
     "repeat_batch": "chapters/08_multi_head_attention",
     "repeat_loss": "chapters/08_multi_head_attention",
     "evaluate_repeat": None,

@@ -288,6 +288,62 @@ def score_with(sign=1, sine=True, layout="half", scale=False):
     return fn
 
 
+def to_half_with(order="right"):
+    """Exercise 13.1: the rows of W_Q or W_K moved to the half layout, as a student writes it, with
+    an index; the options are the typical slips."""
+    def fn(weight, num_heads):
+        HD, E = weight.shape
+        D = HD // num_heads
+        if order == "one_head":
+            D, num_heads = HD, 1
+        one = torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])  # (D,): 0, 2, ..., 1, 3, ...
+        if order == "inverse":
+            one = torch.argsort(one)
+        rows = (torch.arange(num_heads)[:, None] * D + one).flatten()  # (H·D,)
+        return weight[:, rows] if order == "columns" else weight[rows]
+    return fn
+
+
+def llama3_with(divide_all=False, blend="right", wavelength=lambda speed: 2 * math.pi / speed):
+    """Exercise 13.1: Llama 3.1's table as a student writes it, a loop over the pairs; the options
+    are the typical slips."""
+    def fn(head_dim, base, factor, low, high, old):
+        out = []
+        for n in range(head_dim // 2):
+            speed = base ** (-2 * n / head_dim)
+            length = wavelength(speed)
+            if divide_all or length > old / low:
+                out.append(speed / factor)
+            elif length < old / high:
+                out.append(speed)
+            else:
+                s = (old / length - low) / (high - low)
+                s = {"right": s, "reversed": 1 - s, "none": 0.0}[blend]
+                out.append((1 - s) * speed / factor + s * speed)
+        return torch.tensor(out, dtype=torch.float64)
+    return fn
+
+
+def sink_with(per_head=True, renormalise=False, scale_sink=False, exp_sink=True, value=False):
+    """Exercise 13.2: attention with a sink logit per head, as a student writes it; the options are
+    the typical slips."""
+    def fn(q, k, v, sinks, mask=None):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, L, S)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        sink = (sinks if per_head else sinks[0].expand(sinks.shape))[:, None, None]  # (H, 1, 1)
+        sink = sink / math.sqrt(q.shape[-1]) if scale_sink else sink
+        top = torch.maximum(scores.amax(-1, keepdim=True), sink)  # (B, H, L, 1)
+        e = (scores - top).exp()
+        tail = (sink - top).exp() if exp_sink else sink * (-top).exp()
+        weights = e / (e.sum(-1, keepdim=True) + tail)
+        if renormalise:
+            weights = weights / weights.sum(-1, keepdim=True)
+        out = weights @ v
+        return out + (tail / (e.sum(-1, keepdim=True) + tail)) * v[..., :1, :] if value else out
+    return fn
+
+
 def _extrapolation_answer(seed=3, first=32, delay=3, swap=False):
     """Exercise 10.3 as a student would run it: the shipped rotary model on 128 tokens."""
     from attnbook_tools.positions_study import delay_batch, load_position_model
@@ -526,6 +582,24 @@ class _Lazy(dict):
         return value
 
 
+
+def good_qk_norm(q, k, v, qw, kw, after=False, causal=True):
+    from attnbook.functional import attention
+    from attnbook.positions import apply_rotary
+
+    def norm(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    pos = torch.arange(q.shape[-2])
+    if after:
+        q, k = norm(apply_rotary(q, pos), qw), norm(apply_rotary(k, pos), kw)
+    else:
+        q, k = apply_rotary(norm(q, qw), pos), apply_rotary(norm(k, kw), pos)
+    return attention(q, k, v, is_causal=causal)[0]
+
+
+LATENT_CACHE = {"latent": 61 * 32768 * 2 * (512 + 64), "mha": 61 * 32768 * 2 * 128 * (192 + 128)}
+
 GOOD = {
     "masked_softmax": good_masked_softmax,
     "scaled_dot_product_attention": good_sdpa,
@@ -589,6 +663,12 @@ GOOD = {
     "induction_score": good_induction_score,
     "knock_out_heads": None,  # measured: _Lazy computes it
     "induction_attends": {"induction": 4, "previous_token": 8, "copying": "b"},
+    "to_half_layout": to_half_with(),
+    "llama3_frequencies": llama3_with(),
+    "sink_attention": sink_with(),
+    "qk_norm_attention": good_qk_norm,
+    "absorbed_scores": lambda q, c, w: torch.einsum("bhld,hdc,bsc->bhls", q, w, c),
+    "latent_cache_bytes": LATENT_CACHE,
     "delta_rule_step": grading_linear_answers.good_delta_step,
     "chunked_linear_attention": grading_linear_answers.good_chunked,
     "recall_capacity": None,  # measured: _Lazy computes it
@@ -996,7 +1076,27 @@ MISTAKES = [
     ("window_cache_bytes", {**WINDOW_CACHE, "window": WINDOW_CACHE["window"] // 4096 * 4097}, "window",
      "not W + 1"),
     ("window_cache_bytes", {**WINDOW_CACHE, "full": WINDOW_CACHE["full"] // 2}, "full", "keys only"),
+    ("qk_norm_attention", lambda q, k, v, qw, kw: good_qk_norm(q, k, v, qw, kw, after=True), "heads", "after the rotation"),
+    ("qk_norm_attention", lambda q, k, v, qw, kw: good_qk_norm(q, k, v, qw * 0 + 1, kw * 0 + 1), "one_head", "weights"),
+    ("qk_norm_attention", lambda q, k, v, qw, kw: good_qk_norm(q, k, v, qw, kw, causal=False), "wide", "not causal"),
+    ("absorbed_scores", lambda q, c, w: torch.einsum("bhld,hcd,bsc->bhls", q, w, c), "square", "transpose"),
+    ("absorbed_scores", lambda q, c, w: torch.einsum("bhld,dc,bsc->bhls", q, w[0], c), "latent_wider", "head 0"),
+    ("latent_cache_bytes", {**LATENT_CACHE, "latent": LATENT_CACHE["latent"] // 576 * 512}, "latent", "rotated key"),
+    ("latent_cache_bytes", {**LATENT_CACHE, "mha": LATENT_CACHE["mha"] // 320 * 384}, "mha", "192"),
     ("window_cache_bytes", {**WINDOW_CACHE, "full": WINDOW_CACHE["full"] // 32}, "full", "layers"),
+    ("to_half_layout", to_half_with("one_head"), "heads", "ONE head"),
+    ("to_half_layout", to_half_with("inverse"), "heads", "inverse move"),
+    ("to_half_layout", to_half_with("columns"), "square", "reordered the columns"),
+    ("llama3_frequencies", llama3_with(divide_all=True), "llama", "fast ones too"),
+    ("llama3_frequencies", llama3_with(blend="none"), "small", "blends them"),
+    ("llama3_frequencies", llama3_with(blend="reversed"), "small", "wrong way"),
+    ("llama3_frequencies", llama3_with(wavelength=lambda speed: speed), "llama", "wavelength of a pair is 2π"),
+    ("llama3_frequencies", llama3_with(wavelength=lambda speed: 1 / speed), "llama", "2π / speed"),
+    ("sink_attention", sink_with(renormalise=True), "heads", "sum to 1"),
+    ("sink_attention", sink_with(per_head=False), "heads", "same sink logit"),
+    ("sink_attention", sink_with(scale_sink=True), "blocked", "1/√D"),
+    ("sink_attention", sink_with(exp_sink=False), "heads", "exp(sinks[h])"),
+    ("sink_attention", sink_with(value=True), "blocked", "contributed a value"),
     ("induction_score", induction_with(shift=0), "random_weights", "earlier occurrence itself"),
     ("induction_score", induction_with(shift=2), "one_sequence", "two positions past"),
     ("induction_score", lambda w, f, s, n: induction_with(stop=n)(w, f, s, n), "random_weights", "last token"),

@@ -38,6 +38,11 @@ def test_bench_smoke_run_writes_results_and_table(tmp_path, capsys):
     assert step["cache_bytes"]["mha"] == 2 * S * E * 4 == step["cache_bytes"]["gqa"] * H // H_kv
     assert step["same_as_full"] == {"mha": True, "gqa": True}
     assert set(step["seconds"]) == {"mha", "gqa", "recompute"}
+    # latent attention: C + R numbers a token, the absorbed step equal to the plain one
+    latent = results["latent"]
+    E, H, C, R, Dn, Dv, S = bench.SMOKE.latent_layer
+    assert latent["cache_bytes"] == {"latent": (S + 1) * (C + R) * 4, "mha": 2 * H * (Dn + R) * (S + 1) * 4}
+    assert latent["absorbed_equals_plain"] and set(latent["seconds"]) == {"plain", "absorbed"}
     # the checks' cost: for each of the three calls, a time and the part of it the checks take
     assert len(results["checks"]) == 3
     assert all(0 < row["seconds"]["checks"] < row["seconds"]["call"] for row in results["checks"])

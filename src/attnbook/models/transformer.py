@@ -46,8 +46,12 @@ class TinyTransformer(nn.Module):
             :func:`attnbook.positions.sinusoidal_positions`, added), "rotary" (nothing added; queries
             and keys are rotated in every layer, :func:`attnbook.positions.apply_rotary`) or "none"
             (only the causal mask tells positions apart).
-        num_kv_heads, window: grouped-query heads and a sliding window in every layer, see
-            :class:`attnbook.multihead.CausalSelfAttention`.
+        num_kv_heads, window: grouped-query heads and a sliding window, see
+            :class:`attnbook.multihead.CausalSelfAttention`. ``window`` is one W for every layer, or
+            one entry per layer, None for a global layer: Gemma 3 interleaves five local layers and
+            one global (``[W] * 5 + [None]``), gpt-oss alternates them (``[W, None] * n``).
+        block: further options of every :class:`attnbook.block.TransformerBlock` (e.g.
+            ``{"normalization": "rmsnorm", "activation": "swiglu", "bias": False}``, today's block).
 
     Shapes:
         forward: tokens (B, L) -> logits (B, L, V); with ``need_weights=True`` also a list with one
@@ -67,10 +71,15 @@ class TinyTransformer(nn.Module):
         backend: str = "math",
         positions: str = "learned",
         num_kv_heads: int | None = None,
-        window: int | None = None,
+        window: int | None | list[int | None] = None,
+        block: dict | None = None,
     ) -> None:
         super().__init__()
         check.positive_ints("TinyTransformer", vocab_size=vocab_size, max_len=max_len, num_layers=num_layers)
+        windows = list(window) if isinstance(window, (list, tuple)) else [window] * num_layers
+        check.that(len(windows) == num_layers, "TinyTransformer", lambda: f"`window` must be one W or None, or "
+                   f"{num_layers} of them (one per layer); got {len(windows)}")
+        check.instance("TinyTransformer", "block", block, (dict, type(None)), "a dict of TransformerBlock options")
         check.one_of("TinyTransformer", "positions", positions, POSITIONS)
         self.vocab_size, self.max_len, self.position_kind = vocab_size, max_len, positions
         self.embed_dim, self.num_heads, self.num_layers = embed_dim, num_heads, num_layers
@@ -82,10 +91,11 @@ class TinyTransformer(nn.Module):
             self.register_buffer("sinusoids", sinusoidal_positions(max_len, embed_dim), persistent=False)  # (max_len, E)
         self.blocks = nn.ModuleList(
             TransformerBlock(embed_dim, num_heads, mlp_ratio=mlp_ratio, dropout=dropout, backend=backend,
-                             max_len=max_len, num_kv_heads=num_kv_heads, rotary=positions == "rotary", window=window)
-            for _ in range(num_layers)
+                             max_len=max_len, num_kv_heads=num_kv_heads, rotary=positions == "rotary", window=w,
+                             **(block or {}))
+            for w in windows
         )
-        self.norm = nn.LayerNorm(embed_dim)
+        self.norm = nn.RMSNorm(embed_dim) if (block or {}).get("normalization") == "rmsnorm" else nn.LayerNorm(embed_dim)
         self.head = nn.Linear(embed_dim, vocab_size)
 
     def new_caches(self, batch_size: int, max_len: int | None = None) -> list[KVCache]:

@@ -55,6 +55,8 @@ from attnbook_classroom.grading import ch09_attention_at_scale  # noqa: E402,F40
 from attnbook_classroom.grading import ch10_rotary_positions  # noqa: E402,F401
 from attnbook_classroom.grading import ch11_grouped_query_and_sliding_window  # noqa: E402,F401
 from attnbook_classroom.grading import ch12_induction_heads  # noqa: E402,F401
+from attnbook_classroom.grading import ch13_positions_at_length  # noqa: E402,F401
+from attnbook_classroom.grading import ch14_attention_in_2026  # noqa: E402,F401
 from attnbook_classroom.grading import ch15_linear_attention  # noqa: E402,F401
 
 __all__ = ["Feedback", "check", "describe", "parts", "exercise_ids", "EXERCISES", "causal_mask_choices",
