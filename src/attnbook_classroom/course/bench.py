@@ -377,6 +377,9 @@ def run_class(course: pathlib.Path, kinds: list[str], workers: int | None = None
 
 def table(result: dict) -> str:
     """The instructors' page's table of a recorded run (markdown), and the sentence that dates it."""
+    if not {"honest", "hostile", "limits"} <= set(result) or "kinds" not in result["hostile"]:
+        raise ValueError(f"result: got a record with {sorted(result)}; expected one written by this version of "
+                         "`make grade-bench RECORD=1` (honest and hostile classes, limits, each hostile kind): run it again")
     honest, hostile, lim = result["honest"], result["hostile"], result["limits"]
     lines = [
         f"Measured on {result['date']} with {result['cores']} cores ({result['cpu']}, PyTorch {result['torch']}), "
