@@ -1,29 +1,40 @@
-"""``make grade-bench``: the time to grade a simulated class of every chapter, honest and hostile.
+"""``make grade-bench``: the time to grade a class of every chapter, and what a hostile student costs it.
 
-    python -m attnbook_classroom.course.bench [--students 100] [--root _build/grade-bench] [--workers N] [--record]
+    python -m attnbook_classroom.course.bench [--students 100] [--hostile 10] [--chapters NAME ...]
+        [--root _build/grade-bench] [--workers N] [--record] [--table]
 
-Releases every chapter's exercise notebook into a fresh course, then grades two classes of the same
-size, each handing in every chapter:
+Releases every chapter's exercise notebook into a fresh course (or only the chapters named), then
+grades two classes with ``make grade``'s own code (:func:`attnbook_classroom.course.grade.grade`:
+nbgrader's autograde of the released assignments, each student's code in the bubblewrap sandbox),
+each student handing in every chapter:
 
-- the **honest** class: most students answer with the instructor's solutions, some hand in the
-  notebook unanswered, some get one exercise wrong;
-- the **hostile** class: the same, but for a tenth of the students (at least one of each kind), who
-  loop (every code cell of every notebook never ends), flood (every cell prints without end and every
-  function returns a result far over the cap), bloat (one notebook of 200 MB, one of 100,000 cells),
-  or snoop (a cell that ends the process, then one that reads the course folder and patches the
-  grader).
+- the **honest** class (``--students``): most students answer with the instructor's solutions, every
+  tenth hands the notebook in unanswered, every fifth leaves one exercise unfinished (its solution
+  raises). Every score must be exactly right: full marks, zero, or full marks less the points of the
+  unfinished exercise's test cells (the exercise is picked among those no other cell uses, so that
+  nothing else can fail with it).
+- the **hostile** class (``--hostile``), whose students use up their limits, one kind each in turn
+  (:data:`HOSTILE`): an endless loop in every cell or in every answer, a sleep in every cell or in
+  every answer, memory taken up to the limit in every cell, results far over the size the grader
+  accepts, processes started (a fork bomb, a shell, ``subprocess``), threads that compute on every
+  core, output without end, and notebooks too big to read. None may get full marks, each must show
+  its own failure in its feedback, and none may cost the class more than its own limits: each
+  notebook at most ``notebook_timeout`` + :data:`NOTEBOOK_OVERHEAD` seconds in the sandbox, each
+  student at most ``student_timeout`` + :data:`STUDENT_OVERHEAD` seconds in all (the sandbox's start
+  and nbgrader's recording of every notebook included).
 
-``make grade`` grades each; the time of each run, the number of notebooks and the machine's cores
-are printed and written to ``ROOT/result.json``. The run fails if a correct submission does not get
-full marks, a wrong or hostile one does, a bloated notebook is graded, or ``grades.csv`` misses a
-row. With ``--record`` the result is also written to ``data/grade_bench.json`` (listed in
-``data/manifest.json``): the measurement the classroom appendix reports, and tests/classroom/test_instructors.py
-checks that the page says what it holds.
+The times (each class's wall time, each submission's and each student's, the machine's cores and
+its load average sampled while grading: it may be shared) are printed and written to
+``ROOT/result.json``; the run fails when a check does not hold. With ``--record`` the result is also
+written to ``data/grade_bench.json`` (listed in ``data/manifest.json``), from which the instructors'
+page shows :func:`table` (checked by tests/classroom/test_instructors.py); ``--table`` prints that table from
+the recorded file.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import json
 import os
@@ -32,19 +43,51 @@ import platform
 import random
 import re
 import shutil
+import statistics
+import threading
 import time
 
 import nbformat
-import torch
 
-from attnbook_tools.datafiles import DATA_DIR, record
+from attnbook_tools.datafiles import DATA_DIR, record, verified
 from attnbook_classroom.course.assign import build_assignments
-from attnbook_classroom.course.folder import REPO
+from attnbook_classroom.course.folder import REPO, Limits, limits, load_state
 from attnbook_classroom.course.grade import grade
 
 RECORD = DATA_DIR / "grade_bench.json"
-HONEST = ("correct", "blank", "wrong")
-HOSTILE = ("loop", "flood", "bloat", "snoop")
+TARGET_MINUTES = 10  # the honest class of 100 students x every chapter, on 2 cores
+NOTEBOOK_OVERHEAD = 15.0  # seconds a notebook may take beyond notebook_timeout (a sandbox's start, nbgrader)
+STUDENT_OVERHEAD = 60.0  # seconds a student may take beyond student_timeout (staging, nbgrader for each notebook)
+
+# The hostile kinds, in the order the students of the hostile class take them: what each does, and
+# a phrase its feedback must show (the grader saw and named it).
+HOSTILE = {
+    "loop": ("an endless loop in every cell", "did not finish within"),
+    "loop-answers": ("an endless loop in every answer", "did not finish within"),
+    "sleep": ("a sleep without end in every cell", "did not finish within"),
+    "sleep-answers": ("a sleep without end in every answer", "did not finish within"),
+    "memory": ("memory taken up to the limit in every cell", "MemoryError"),
+    "huge": ("answers far over the size the grader accepts", "more than the 32.0 MiB the grader accepts"),
+    "fork": ("a fork bomb, a shell and subprocess in every cell", "Operation not permitted"),
+    "threads": ("threads computing on every core in every cell", "did not finish within"),
+    "flood": ("output without end in every cell", "did not finish within"),
+    "bloat": ("notebooks too big to read (200 MB, 100,000 cells, or just over the limits)", "over the grading limit"),
+}
+
+LOOP = "while True:\n    pass"
+SLEEP = "import time\ntime.sleep(10 ** 6)"
+MEMORY = "hoard = []\nwhile True:\n    hoard.append(bytearray(b'x') * (256 << 20))  # 256 MiB, every page written"
+HUGE = "import torch\nreturn torch.zeros(50_000_000)  # 200 MB"
+FORK = ("import os, subprocess\n"
+        "for start in (lambda: subprocess.Popen(['/bin/sh', '-c', 'yes > /dev/null']), "
+        "lambda: os.system('yes > /dev/null')):\n"
+        "    try:\n        start()\n    except OSError:\n        pass\n"
+        "while True:\n    os.fork()")
+THREADS = ("import threading, torch\ntorch.set_num_threads(8)\n"
+           "def spin():\n    a = torch.randn(300, 300)\n    while True:\n        a @ a\n"
+           "for _ in range(8):\n    threading.Thread(target=spin, daemon=True).start()\n"
+           "b = torch.randn(600, 600)\nwhile True:\n    b @ b")
+FLOOD = "import sys\nwhile True:\n    print('x' * 100_000)\n    sys.stderr.write('y' * 100_000)"
 
 
 def _cpu_name() -> str:
@@ -65,158 +108,383 @@ def _replace_solution(source: str, body: str) -> str:
     return source[:match.start()] + "\n".join(indent + line for line in body.split("\n")) + source[match.end():]
 
 
-LOOP = "while True:\n    pass"
-FLOOD_CELL = "import sys\nwhile True:\n    print('x' * 100_000)\n    sys.stderr.write('y' * 100_000)"
-FLOOD_RESULT = "import torch\nreturn torch.zeros(50_000_000)"
+def _meta(cell) -> dict:
+    return cell.metadata.get("nbgrader", {})
 
 
-def _answers(source_nb, release_nb, kind: str, rng: random.Random, course: pathlib.Path, bloat: str | None):
-    """A submission of ``kind`` (see the module's docstring) as a notebook (dict), or, for a bloated
-    one, the text of the file."""
-    if kind == "blank":
-        return release_nb
+def _defined(node) -> set[str]:
+    """The names a top-level statement binds."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _names(source: str) -> tuple[set[str], set[str]]:
+    """(the names a cell no longer binds rightly when its solution region raises: those bound from
+    the region on, or the function or class that holds it; every name the cell uses). Both empty if
+    the cell is not Python."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set(), set()
+    line = next((n for n, text in enumerate(source.split("\n"), 1) if "### BEGIN SOLUTION" in text), 0)
+    lost = set()
+    for node in tree.body:
+        if node.lineno >= line or node.end_lineno >= line:
+            lost |= _defined(node)
+    return lost, {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+
+def exercises(source_nb) -> list[dict]:
+    """The exercises of an instructor's notebook that can be left unfinished alone: for each solution
+    cell whose names no other cell uses but its own test cells (those that follow it, up to the next
+    solution cell), its grade id, its test cells' grade ids and their points."""
+    cells = [c for c in source_nb.cells if c.cell_type == "code"]
+    found = []
+    for i, cell in enumerate(cells):
+        if not _meta(cell).get("solution"):
+            continue
+        tests, j = [], i + 1
+        while j < len(cells) and not _meta(cells[j]).get("solution"):
+            if _meta(cells[j]).get("grade"):
+                tests.append(j)
+            j += 1
+        defined = _names(cell.source)[0]
+        others = [c for k, c in enumerate(cells) if k != i and k not in tests]
+        if tests and defined and not any(defined & _names(c.source)[1] for c in others):
+            found.append({"solution": _meta(cell)["grade_id"], "tests": [_meta(cells[k])["grade_id"] for k in tests],
+                          "points": sum(float(_meta(cells[k]).get("points", 0)) for k in tests)})
+    return found
+
+
+def _answered(source_nb, release_nb):
+    """The released notebook with every solution cell as the instructor wrote it."""
     nb = nbformat.from_dict(json.loads(json.dumps(release_nb)))
-    solutions = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source_nb.cells
-                 if c.metadata.get("nbgrader", {}).get("solution")}
+    solutions = {_meta(c)["grade_id"]: c.source for c in source_nb.cells if _meta(c).get("solution")}
     for cell in nb.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in solutions:
-            cell.source = solutions[gid]
-    code = [c for c in nb.cells if c.cell_type == "code" and "BEGIN SOLUTION" in c.source]
-    if kind == "wrong":
-        target = rng.choice(code)
-        target.source = _replace_solution(target.source, "raise ValueError('not finished')")
-    elif kind == "snoop":
-        code[0].source = _replace_solution(code[0].source, "import os\nos._exit(1)")
-        code[-1].source = _replace_solution(code[-1].source, (
-            "import attnbook_classroom.grading.compare as c\nc.same = lambda *a, **k: True\n"
-            f"open('/etc/../{course}/course_secret').read()"))
-    elif kind == "loop":
-        for cell in nb.cells:
-            if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade"):
-                cell.source = LOOP
-    elif kind == "flood":
-        for cell in nb.cells:
-            if cell.cell_type == "code" and "BEGIN SOLUTION" in cell.source and "def " in cell.source:
-                cell.source = _replace_solution(cell.source, FLOOD_RESULT)
-            elif cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade"):
-                cell.source = FLOOD_CELL
-    if bloat == "bytes":  # one output of 200 MB
-        nb.cells[-1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="x" * 200_000_000)]
-    elif bloat == "cells":
-        nb.cells += [nbformat.v4.new_code_cell("", id=f"bloat-{i}") for i in range(100_000)]
+        if _meta(cell).get("grade_id") in solutions:
+            cell.source = solutions[_meta(cell)["grade_id"]]
     return nb
 
 
-def _kinds(students: int, hostile: bool) -> dict[str, str]:
-    """student -> kind; in the hostile class, a tenth of the students (at least one of each kind)
-    are hostile, spread over the class."""
-    kinds = {f"s{i:03d}": "blank" if i % 10 == 3 else "wrong" if i % 5 == 4 else "correct" for i in range(students)}
+def _hostile(nb, kind: str, chapter_index: int) -> nbformat.NotebookNode | None:
+    """``nb`` (answered) turned into a hostile submission of ``kind`` (None: the bloated file is written
+    by the caller)."""
+    plain = [c for c in nb.cells if c.cell_type == "code" and not _meta(c).get("grade")]
+    answers = [c for c in nb.cells if c.cell_type == "code" and "BEGIN SOLUTION" in c.source]
+    every_cell = {"loop": LOOP, "sleep": SLEEP, "memory": MEMORY, "fork": FORK, "threads": THREADS, "flood": FLOOD}
+    every_answer = {"loop-answers": LOOP, "sleep-answers": SLEEP}
+    if kind in every_cell:
+        for cell in plain:
+            cell.source = every_cell[kind]
+    elif kind in every_answer:
+        for cell in answers:
+            cell.source = _replace_solution(cell.source, every_answer[kind])
+    elif kind == "huge":  # every function answers with 200 MB; every other answer is wrong
+        for cell in answers:
+            inside = re.search(r"^[ \t]+### BEGIN SOLUTION", cell.source, re.M)
+            cell.source = _replace_solution(cell.source, HUGE if inside else "raise ValueError('no answer')")
+    elif kind == "bloat":  # the first two chapters far over the limits, the others just over them
+        if chapter_index % 2:
+            count = 100_000 if chapter_index == 1 else 1_001 - len(nb.cells)
+            nb.cells += [nbformat.v4.new_code_cell("", id=f"bloat-{i}") for i in range(count)]
+        else:
+            cell = nbformat.v4.new_code_cell("", id="bloat")
+            size = 200_000_000 if chapter_index == 0 else 16_000_001
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="x" * size)]
+            nb.cells.append(cell)
+    else:
+        raise ValueError(f"kind: got {kind!r}; expected one of {sorted(HOSTILE)}")
+    return nb
+
+
+def class_kinds(students: int, hostile: bool) -> list[str]:
+    """Each student's kind: the hostile kinds in turn, or mostly correct, every tenth blank, every
+    fifth unfinished."""
     if hostile:
-        count = min(students, max(len(HOSTILE), students // 10))
-        for n in range(count):
-            kinds[f"s{n * students // count:03d}"] = HOSTILE[n % len(HOSTILE)]
-    return kinds
+        return [list(HOSTILE)[i % len(HOSTILE)] for i in range(students)]
+    return ["blank" if i % 10 == 3 else "unfinished" if i % 5 == 4 else "correct" for i in range(students)]
 
 
-def simulate(course: pathlib.Path, students: int, hostile: bool, seed: int = 0) -> dict[str, str]:
-    """Write every student's submissions; return student -> kind."""
+def simulate(course: pathlib.Path, kinds: list[str], seed: int = 0) -> dict[str, dict]:
+    """Write the submissions of a class of students of ``kinds`` (into a course holding no other);
+    return student -> {"kind", "expected": {chapter: score, or None for a hostile one: anything but
+    full marks}}."""
     rng = random.Random(seed)
     chapters = sorted(p.name for p in (course / "release").iterdir())
     sources = {c: nbformat.read(str(course / "source" / c / f"{c}.ipynb"), as_version=4) for c in chapters}
     releases = {c: nbformat.read(str(course / "release" / c / f"{c}.ipynb"), as_version=4) for c in chapters}
-    kinds = _kinds(students, hostile)
-    bloats = iter(("bytes", "cells") * students)
-    for i, (student, kind) in enumerate(kinds.items()):
-        bloated = {chapters[i % len(chapters)]: next(bloats)} if kind == "bloat" else {}
-        for chapter in chapters:
-            # a snooping or bloating student does so in one chapter and answers the others rightly
-            this = kind if kind not in ("snoop", "bloat") or chapter == chapters[i % len(chapters)] else "correct"
+    maxima = {c: sum(float(_meta(cell).get("points", 0)) for cell in sources[c].cells if _meta(cell).get("grade"))
+              for c in chapters}
+    roster = {}
+    for i, kind in enumerate(kinds):
+        if kind not in HOSTILE and kind not in ("correct", "blank", "unfinished"):
+            raise ValueError(f"kinds: got {kind!r}; expected correct, blank, unfinished or one of {list(HOSTILE)}")
+        hostile = kind in HOSTILE
+        student = f"{'h' if hostile else 's'}{i:03d}"
+        roster[student] = {"kind": kind, "expected": {}}
+        for n, chapter in enumerate(chapters):
             folder = course / "submitted" / student / chapter
             folder.mkdir(parents=True)
-            nb = _answers(sources[chapter], releases[chapter], "correct" if this == "bloat" else this, rng,
-                          course, bloated.get(chapter))
+            nb, expected = _answered(sources[chapter], releases[chapter]), maxima[chapter]
+            if kind == "blank":
+                nb, expected = releases[chapter], 0.0
+            elif kind == "unfinished":
+                options = exercises(sources[chapter])
+                if options:
+                    pick = rng.choice(options)
+                    cell = next(c for c in nb.cells if _meta(c).get("grade_id") == pick["solution"])
+                    cell.source = _replace_solution(cell.source, "raise ValueError('not finished yet')")
+                    expected -= pick["points"]
+            elif hostile:
+                nb, expected = _hostile(nb, kind, n), None
             (folder / f"{chapter}.ipynb").write_text(json.dumps(nb))
+            roster[student]["expected"][chapter] = expected
     with open(course / "students.csv", "w") as f:
-        f.write("id,first_name,last_name,email\n" + "".join(f"{s},,,\n" for s in kinds))
+        f.write("id,first_name,last_name,email\n" + "".join(f"{s},,,\n" for s in roster))
     with open(course / "due_dates.csv", "w") as f:  # every chapter handed out
         f.write("assignment,duedate\n" + "".join(f"{c},2099-01-01 00:00:00 UTC\n" for c in chapters))
-    return kinds
+    return roster
 
 
-def _verify(course: pathlib.Path, kinds: dict[str, str], chapters: int) -> dict[str, int]:
+def _feedback_text(course: pathlib.Path, student: str, chapter: str) -> str:
+    path = course / "autograded" / student / chapter / f"{chapter}.ipynb"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def verify(course: pathlib.Path, roster: dict[str, dict], settings: Limits) -> list[str]:
+    """What is wrong with the grades and the times of a graded class (empty: nothing)."""
     with open(course / "grades.csv") as f:
-        rows = list(csv.DictReader(f))
-    if len(rows) != len(kinds) * chapters:
-        raise SystemExit(f"grades.csv has {len(rows)} rows; expected {len(kinds) * chapters}")
-    counts: dict[str, int] = {}
-    for row in rows:
-        kind, full = kinds[row["student_id"]], row["score"] == row["max_score"]
-        counts[row["status"]] = counts.get(row["status"], 0) + 1
-        bloated = kind == "bloat" and "over the grading limit" in row["note"]
-        if bloated:
-            if row["status"] != "error" or row["score"] != "":
-                raise SystemExit(f"a bloated notebook was graded: {row}")
-            continue
-        if row["status"] != "graded":
-            raise SystemExit(f"a {kind} submission was not graded: {row}")
-        if kind in ("correct", "bloat") and not full:  # (a bloating student's other chapters are right)
-            raise SystemExit(f"a correct submission lost points: {row}")
-        if kind in ("blank", "wrong", "loop", "flood") and full:
-            raise SystemExit(f"a {kind} submission got full marks: {row}")
-    return counts
+        rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(f)}
+    state, problems = load_state(course), []
+    for student, info in roster.items():
+        kind, shown = info["kind"], False
+        for chapter, expected in info["expected"].items():
+            row = rows.get((student, chapter))
+            if row is None:
+                problems.append(f"{student}/{chapter}: no row in grades.csv")
+                continue
+            seconds = state.get(f"{student}/{chapter}", {}).get("seconds", {})
+            if kind == "bloat":
+                if row["status"] != "error" or row["score"] != "" or HOSTILE["bloat"][1] not in row["note"]:
+                    problems.append(f"{student}/{chapter} ({kind}): a bloated notebook was read: {row}")
+                shown = True
+                continue
+            if row["status"] != "graded":
+                problems.append(f"{student}/{chapter} ({kind}): not graded: {row['note']}")
+                continue
+            score, full = float(row["score"]), float(row["max_score"])
+            if expected is None:
+                if score >= full:
+                    problems.append(f"{student}/{chapter} ({kind}): full marks for a hostile submission")
+                shown = shown or HOSTILE[kind][1] in _feedback_text(course, student, chapter)
+                if seconds.get("sandbox", 0.0) > settings.notebook + NOTEBOOK_OVERHEAD:
+                    problems.append(f"{student}/{chapter} ({kind}): {seconds['sandbox']} s in the sandbox, over "
+                                    f"its {settings.notebook:g} s + {NOTEBOOK_OVERHEAD:g} s")
+            elif abs(score - expected) > 1e-9:
+                problems.append(f"{student}/{chapter} ({kind}): scored {score:g}; expected {expected:g} of {full:g}")
+        if kind in HOSTILE and not shown:
+            problems.append(f"{student} ({kind}): no feedback names it ({HOSTILE[kind][1]!r})")
+        whole = max((state.get(f"{student}/{c}", {}).get("seconds", {}).get("student", 0.0) for c in info["expected"]),
+                    default=0.0)
+        if kind in HOSTILE and whole > settings.student + STUDENT_OVERHEAD:
+            problems.append(f"{student} ({kind}): {whole} s in all, over {settings.student:g} s + {STUDENT_OVERHEAD:g} s")
+    return problems
 
 
 def _clear(course: pathlib.Path) -> None:
-    """No submission, feedback or cached verdict left (the gradebook's records are graded again)."""
+    """No submission, grade, feedback or cached verdict left (the gradebook's records are graded again)."""
     for name in ("submitted", "autograded", "feedback", ".grading"):
         shutil.rmtree(course / name, ignore_errors=True)
     for name in ("grades.csv", "grades-lms.csv", "summary.txt"):
         (course / name).unlink(missing_ok=True)
 
 
-def run_class(course: pathlib.Path, students: int, hostile: bool, workers: int | None) -> dict:
+class _Load:
+    """The 1-minute load average, sampled every 5 s while a class is graded."""
+
+    def __init__(self):
+        self.samples, self._stop = [], threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while True:
+            self.samples.append(os.getloadavg()[0])
+            if self._stop.wait(5.0):
+                return
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def _spread(values: list[float]) -> dict:
+    values = sorted(values)
+    return {"median": round(statistics.median(values), 2), "max": round(values[-1], 2)} if values else {}
+
+
+def run_class(course: pathlib.Path, kinds: list[str], workers: int | None = None) -> dict:
+    """Grade a class of students of ``kinds`` (see :func:`simulate`) with ``make grade``'s code; its
+    times and what :func:`verify` found."""
     _clear(course)
-    kinds = simulate(course, students, hostile)
-    chapters = len(list((course / "release").iterdir()))
-    start = time.monotonic()
-    grade(course, workers=workers)
-    seconds = time.monotonic() - start
-    statuses = _verify(course, kinds, chapters)
-    hostiles = {k: sum(v == k for v in kinds.values()) for k in HOSTILE if hostile}
-    return {"students": students, "chapters": chapters, "notebooks": students * chapters,
-            "grade_seconds": round(seconds, 1), "seconds_per_notebook": round(seconds / (students * chapters), 3),
-            "statuses": statuses, "hostile_students": hostiles}
+    students = len(kinds)
+    roster = simulate(course, kinds)
+    chapters = len(next(iter(roster.values()))["expected"])
+    with _Load() as load:
+        start = time.monotonic()
+        grade(course, workers=workers)
+        seconds = time.monotonic() - start
+    settings = limits(course)
+    problems = verify(course, roster, settings)
+    state = load_state(course)
+    entries = [(s, c, state.get(f"{s}/{c}", {})) for s, info in roster.items() for c in info["expected"]]
+    per_student = {s: max((e.get("seconds", {}).get("student", 0.0) for t, _, e in entries if t == s), default=0.0)
+                   for s in roster}
+    kinds = sorted({info["kind"] for info in roster.values()}, key=lambda k: (k not in HOSTILE, k))
+    result = {
+        "students": students, "chapters": chapters, "notebooks": students * chapters,
+        "workers": workers or os.cpu_count(), "grade_seconds": round(seconds, 1),
+        "seconds_per_notebook": round(seconds / (students * chapters), 3),
+        "load_average": {"mean": round(statistics.fmean(load.samples), 1), "max": round(max(load.samples), 1)},
+        "notebook_seconds": _spread([e.get("seconds", {}).get("sandbox", 0.0) + e.get("seconds", {}).get("record", 0.0)
+                                     for _, _, e in entries]),
+        "student_seconds": _spread(list(per_student.values())),
+        "sandbox_start_seconds": _spread([max(e.get("seconds", {}).get("sandbox_start", 0.0)
+                                              for t, _, e in entries if t == s) for s in roster]),
+        # where the grading workers' time went, summed over the class: starting sandboxes, running
+        # notebooks in them, and nbgrader's autograde and feedback; the rest of each student's time
+        # is staging and the grader's comparisons with the references
+        "seconds_in": {"sandbox_start": round(sum(max(e.get("seconds", {}).get("sandbox_start", 0.0)
+                                                      for t, _, e in entries if t == s) for s in roster), 1),
+                       "sandbox": round(sum(e.get("seconds", {}).get("sandbox", 0.0) for _, _, e in entries), 1),
+                       "record": round(sum(e.get("seconds", {}).get("record", 0.0) for _, _, e in entries), 1),
+                       "students": round(sum(per_student.values()), 1)},
+        "kinds": {k: {"students": sum(i["kind"] == k for i in roster.values()),
+                      "student_seconds_max": round(max(per_student[s] for s, i in roster.items() if i["kind"] == k), 1),
+                      "notebook_sandbox_seconds_max": round(max(e.get("seconds", {}).get("sandbox", 0.0)
+                                                                for s, _, e in entries if roster[s]["kind"] == k), 1)}
+                  for k in kinds},
+        "problems": problems,
+    }
+    return result
+
+
+def table(result: dict) -> str:
+    """The classroom appendix's table of a recorded run (markdown), and the sentence that dates it."""
+    if not {"honest", "hostile", "limits"} <= set(result) or "kinds" not in result["hostile"]:
+        raise ValueError(f"result: got a record with {sorted(result)}; expected one written by this version of "
+                         "`make grade-bench RECORD=1` (honest and hostile classes, limits, each hostile kind): run it again")
+    honest, hostile, lim = result["honest"], result["hostile"], result["limits"]
+    lines = [
+        f"Measured on {result['date']} with {result['cores']} cores ({result['cpu']}, PyTorch {result['torch']}), "
+        f"one grading worker per core. The machine may have been shared with other work: its load average, "
+        f"sampled every 5 s while each class was graded, is in the table (grading itself accounts for "
+        f"about {result['cores']} of it; the rest is other work that competed for the same cores).",
+        "",
+        "| class | students × chapters | graded in | a notebook (median, slowest) | a student (median, slowest) | load average (mean, max) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, r in (("honest", honest), ("hostile", hostile)):
+        lines.append(
+            f"| {name} | {r['students']} × {r['chapters']} | {r['grade_seconds'] / 60:.1f} min | "
+            f"{r['notebook_seconds']['median']:.2f} s, {r['notebook_seconds']['max']:.1f} s | "
+            f"{r['student_seconds']['median']:.1f} s, {r['student_seconds']['max']:.1f} s | "
+            f"{r['load_average']['mean']:.1f}, {r['load_average']['max']:.1f} |")
+    lines += [
+        "",
+        f"What each hostile student cost, against their limits ({lim['notebook']:g} s a notebook in the sandbox, "
+        f"{lim['student']:g} s a student; the bench allows {NOTEBOOK_OVERHEAD:g} s and {STUDENT_OVERHEAD:g} s more "
+        "for starting the sandbox and nbgrader's recording):",
+        "",
+        "| hostile student | students | slowest notebook in the sandbox | slowest student in all |",
+        "|---|---|---|---|",
+    ]
+    for kind, k in hostile["kinds"].items():
+        lines.append(f"| {HOSTILE[kind][0]} | {k['students']} | {k['notebook_sandbox_seconds_max']:.1f} s | "
+                     f"{k['student_seconds_max']:.1f} s |")
+    verdict = "within" if honest["grade_seconds"] <= TARGET_MINUTES * 60 else "over"
+    lines += ["", f"The honest class took {honest['grade_seconds'] / 60:.1f} minutes: {verdict} the book's target of "
+                  f"{TARGET_MINUTES} minutes for {honest['students']} students × every chapter on 2 cores."]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m attnbook_classroom.course.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--students", type=int, default=100)
+    parser = argparse.ArgumentParser(prog="python -m attnbook_classroom.course.bench",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--students", type=int, default=100, help="the honest class's size")
+    parser.add_argument("--hostile", type=int, default=len(HOSTILE), help="the hostile class's size")
+    parser.add_argument("--chapters", nargs="*", default=None, help="only these chapters (file stems)")
     parser.add_argument("--root", type=pathlib.Path, default=REPO / "_build" / "grade-bench")
     parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--limits", type=float, nargs=3, metavar=("CELL", "NOTEBOOK", "STUDENT"), default=None,
+                        help="grade with these time limits (seconds) instead of the course's (a quick trial)")
     parser.add_argument("--record", action="store_true",
-                        help=f"also write the result to {RECORD.relative_to(REPO)} (the classroom appendix's number)")
+                        help=f"also write the result to {RECORD.relative_to(REPO)} (the classroom appendix's table)")
+    parser.add_argument("--table", action="store_true", help=f"print the page's table from {RECORD.relative_to(REPO)}")
     args = parser.parse_args(argv)
+    if args.table:
+        print(table(json.loads(verified(RECORD).read_text())), end="")
+        return
+    if args.students < 1 or args.hostile < 0:
+        raise SystemExit(f"--students must be at least 1 and --hostile at least 0; got {args.students} and {args.hostile}")
     root = args.root.resolve()
     shutil.rmtree(root, ignore_errors=True)
     course = root / "course"
+    notebooks = None
+    if args.chapters:
+        from attnbook_classroom.course.notebooks import toc_chapters
+
+        notebooks = [p for p in toc_chapters() if p.stem in args.chapters]
+        if len(notebooks) != len(set(args.chapters)):
+            raise SystemExit(f"--chapters: got {args.chapters}; expected chapter file stems such as 07_masking")
     start = time.monotonic()
-    build_assignments(course, exchange=root / "exchange")
+    build_assignments(course, notebooks=notebooks, exchange=root / "exchange")
     built = round(time.monotonic() - start, 1)
-    result = {"honest": run_class(course, args.students, False, args.workers),
-              "hostile": run_class(course, args.students, True, args.workers)}
-    result.update(build_seconds=built, cores=os.cpu_count(), workers=args.workers, machine=platform.machine(), cpu=_cpu_name(),
-                  torch=torch.__version__, date=time.strftime("%Y-%m-%d", time.gmtime()))
+    if args.limits:
+        cell, notebook, student = args.limits
+        (course / "nbgrader_config_local.py").write_text(
+            f"c.SandboxedGrading.cell_timeout = {cell}\nc.SandboxedGrading.notebook_timeout = {notebook}\n"
+            f"c.SandboxedGrading.student_timeout = {student}\n")
+    lim = limits(course)
+    result = {}
+    result.update(build_seconds=built, cores=os.cpu_count(), machine=platform.machine(), cpu=_cpu_name(),
+                  torch=__import__("torch").__version__, date=time.strftime("%Y-%m-%d", time.gmtime()),
+                  limits={"cell": lim.cell, "notebook": lim.notebook, "student": lim.student},
+                  overheads={"notebook": NOTEBOOK_OVERHEAD, "student": STUDENT_OVERHEAD})
+    # the hostile class first: each class's result is written as soon as it is graded
+    for name, kinds in (("hostile", class_kinds(args.hostile, True)), ("honest", class_kinds(args.students, False))):
+        if kinds:
+            result[name] = run_class(course, kinds, args.workers)
+            (root / "result.json").write_text(json.dumps(result, indent=1))
+    result = {name: result[name] for name in ("honest", "hostile") if name in result} | {
+        k: v for k, v in result.items() if k not in ("honest", "hostile")}
     (root / "result.json").write_text(json.dumps(result, indent=1))
-    if args.record:
-        RECORD.write_text(json.dumps(result, indent=1) + "\n")
-        record([RECORD])
     for name in ("honest", "hostile"):
+        if name not in result:
+            continue
         r = result[name]
         print(f"grade-bench, {name} class: {r['notebooks']} notebooks ({r['students']} students x {r['chapters']} "
-              f"chapters) graded in {r['grade_seconds'] / 60:.1f} min on {os.cpu_count()} cores "
-              f"({r['seconds_per_notebook']} s each); statuses {r['statuses']}")
+              f"chapters) graded in {r['grade_seconds'] / 60:.1f} min with {r['workers']} workers on "
+              f"{os.cpu_count()} cores ({r['seconds_per_notebook']} s a notebook; load average {r['load_average']})")
+        for kind, k in r["kinds"].items():
+            print(f"  {kind}: {k['students']} students, slowest {k['student_seconds_max']} s, "
+                  f"slowest notebook in the sandbox {k['notebook_sandbox_seconds_max']} s")
     print(f"The assignments took {result['build_seconds']:.0f} s to build. {root / 'result.json'}")
+    problems = [p for name in ("honest", "hostile") for p in result.get(name, {}).get("problems", [])]
+    if problems:
+        raise SystemExit("grade-bench found problems:\n  " + "\n  ".join(problems[:50]))
+    if args.record:
+        if "hostile" not in result or args.chapters or args.limits:
+            raise SystemExit("--record needs every chapter, a hostile class and the course's own limits")
+        RECORD.write_text(json.dumps(result, indent=1) + "\n")
+        record([RECORD])
+        print(f"recorded {RECORD.relative_to(REPO)}")
 
 
 if __name__ == "__main__":

@@ -119,7 +119,9 @@ def _start_worker() -> None:
 
 def _grade_student(root, student, assignments, feedback) -> dict[str, dict]:
     """Stage, then the verdicts of one student's submissions, then nbgrader's records:
-    assignment -> state entry (``status``, ``note``, ``stopped``)."""
+    assignment -> state entry (``status``, ``note``, ``stopped``, ``seconds``: the wall time its
+    notebooks ran in the sandbox and nbgrader took to record it, and the student's whole grading)."""
+    started = time.monotonic()
     settings = limits(root)
     problems, notes = {}, {}
     for assignment in assignments:
@@ -132,24 +134,33 @@ def _grade_student(root, student, assignments, feedback) -> dict[str, dict]:
         except Exception as exc:
             problems[assignment] = f"not graded: the submission could not be read ({type(exc).__name__}: {exc})"
     gradable = [a for a in assignments if a not in problems]
-    failed, stopped = _prepare_student(root, student, gradable, settings)
+    ran: dict[str, float] = {}
+    failed, stopped = _prepare_student(root, student, gradable, settings, ran)
     nbgrader = api(root, staged=True)
     entries = {}
     for assignment in assignments:
         if assignment in problems:
             entries[assignment] = {"status": "error", "note": problems[assignment], "stopped": []}
             continue
+        start = time.monotonic()
         entry = _record(nbgrader, root, student, assignment, feedback, failed.get(assignment) or failed.get("*"))
         entry["note"] = " ".join([entry.get("note", "")] + notes.get(assignment, [])).strip()
         entry["stopped"] = stopped.get(assignment, [])
+        entry["seconds"] = {"sandbox": round(ran.get(assignment, 0.0), 2),
+                            "record": round(time.monotonic() - start, 2)}
         entries[assignment] = entry
+    whole = round(time.monotonic() - started, 2)
+    for entry in entries.values():
+        entry.setdefault("seconds", {}).update(student=whole, sandbox_start=round(ran.get("*", 0.0), 2))
     return entries
 
 
-def _prepare_student(root, student, assignments, settings):
+def _prepare_student(root, student, assignments, settings, ran=None):
     """Verdicts for one student's staged submissions (cached), in one sandbox, within the student's
     time budget. Never raises but SandboxUnavailable. Returns {assignment: a problem},
-    {assignment: tests the student's code stopped}."""
+    {assignment: tests the student's code stopped}; adds to ``ran`` (assignment -> seconds) the wall
+    time each assignment's notebooks took in the sandbox, and under ``"*"`` the sandbox's start."""
+    ran = {} if ran is None else ran
     from attnbook_classroom.course.plugins import submission_for
     from attnbook_classroom.grading.sandbox import Sandbox, SandboxUnavailable
 
@@ -168,11 +179,17 @@ def _prepare_student(root, student, assignments, settings):
             else:
                 stopped.setdefault(assignment, []).extend(cached.failures())
     if subs:
-        end = time.monotonic() + settings.student
         try:
             with Sandbox([root]) as sandbox:
+                start = time.monotonic()
+                sandbox.start()  # the grader's own time (importing torch): not the student's budget
+                ran["*"] = time.monotonic() - start
+                end = time.monotonic() + settings.student
                 for assignment, sub in subs:
-                    verdicts = sub.judge(sub.run(sandbox, budget=end - time.monotonic()))
+                    start = time.monotonic()
+                    frames = sub.run(sandbox, budget=end - time.monotonic())
+                    ran[assignment] = ran.get(assignment, 0.0) + time.monotonic() - start
+                    verdicts = sub.judge(frames)
                     cache.put(sub.key(), verdicts)
                     stopped.setdefault(assignment, []).extend(verdicts.failures())
         except SandboxUnavailable:

@@ -20,7 +20,8 @@ import dataclasses
 import pathlib
 import re
 
-from attnbook_classroom.course.notebooks import REPO, exercise_section, toc_chapters
+from attnbook_classroom.course.notebooks import REPO
+from bookbuild.notebooks import exercise_section, toc_chapters
 
 __all__ = ["OUTCOMES", "DISCUSSION", "ChapterExercise", "chapter_exercises", "outcomes_markdown",
            "discussion_by_chapter", "model_answers", "discussion_for_instructors", "write_instructor_folder"]
