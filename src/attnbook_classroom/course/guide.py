@@ -122,7 +122,17 @@ OUTCOMES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("Find a head's role by measuring its weights", ("induction_score", "induction_attends")),
         ("Test what a model needs by knocking heads out", ("knock_out_heads",)),
     ],
-    # Chapters 13 and 14: their outcomes join here.
+    "13_positions_at_length": [
+        ("Move a checkpoint between the two rotary layouts without changing a score", ("to_half_layout",)),
+        ("Build a scaled rotary table (Llama 3.1's) and say which pairs it changes", ("llama3_frequencies",)),
+        ("Add a learned sink logit to attention and say where a query with nothing to look at puts its weight",
+         ("sink_attention",)),
+    ],
+    "14_attention_in_2026": [
+        ("Apply QK-norm per head, before the rotation", ("qk_norm_attention",)),
+        ("Absorb latent attention's key up-projection into the query", ("absorbed_scores",)),
+        ("Predict the size of a latent cache against a multi-head cache", ("latent_cache_bytes",)),
+    ],
     "15_linear_attention": [
         ("Write one step of the gated delta rule in the right order: forget, predict, write the error, read",
          ("delta_rule_step",)),
