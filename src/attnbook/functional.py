@@ -138,8 +138,18 @@ def attention(
                       dropout_p=dropout_p, sinks=sinks)
 
 
-def _attention(q, k, v, mask=None, *, key_mask=None,
-               is_causal=False, scale=None, dropout_p=0.0, sinks=None):
+def _attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    key_mask: Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    sinks: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
     """:func:`attention` itself, for callers that have checked
     its arguments (the multi-head modules' readable path).
 

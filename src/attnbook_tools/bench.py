@@ -28,12 +28,13 @@ What is measured (fp32, CPU, ``--threads`` threads, default 2):
   attention, the cache's bytes and the time per token; and the cached step against recomputing
   the whole sequence for that token (the book aims at 10 times or more).
 
-Times come from ``torch.utils.benchmark.Timer``, whose clock synchronises the accelerator (so a
-GPU's queued kernels are timed, not their launches): in each of several rounds (the repeats in ``FULL`` and ``SMOKE``)
-every competing function is measured in turn, by ``blocked_autorange`` for a fast one and by one
-timed call for one slower than ``min_run_time``, and each function's time is the median of its
-rounds. A burst of load from another process thus slows all competitors alike; the load average
-before and after is recorded with the results.
+Times come from :func:`attnbook_tools.measure.timed_medians`, on ``torch.utils.benchmark.Timer``,
+whose clock synchronises the accelerator (a GPU's queued kernels are timed, not their launches): in
+each of several rounds (the repeats in ``FULL`` and ``SMOKE``) every competing function is measured
+in turn, by ``blocked_autorange`` for a fast one and by one timed call for one slower than
+``min_run_time``, and each function's time is the median of its rounds. A burst of load from
+another process thus slows all competitors alike; the load average before and after is recorded
+with the results.
 
 Shapes:
     B batch, H heads, L queries, S keys/values, E model width, D = E / H per-head width.
@@ -45,7 +46,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -55,14 +55,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.benchmark import Timer
-from torch.utils.benchmark.utils.timer import timer as synchronised_clock
 
 from attnbook import _checks
 from attnbook.functional import attention, fused_attention, split_heads
 from attnbook.tiled import tiled_attention
 from attnbook_tools.bench_report import TARGETS, format_table, ratios
-from attnbook_tools.measure import peak_memory_bytes
+from attnbook_tools.measure import peak_memory_bytes, timed_medians
 
 __all__ = ["main", "run", "format_table", "timed_medians", "TARGETS"]
 
@@ -131,34 +129,6 @@ SMOKE = Sizes(
     check_repeats=2,
     min_run_time=0.005,
 )
-
-
-# ----------------------------------------------------------------------------- the timer
-def timed_medians(fns: dict[str, Callable[[], object]], *, rounds: int, min_run_time: float,
-                  warmup: bool = True) -> dict[str, float]:
-    """Seconds per call of each function: in each of ``rounds`` rounds every function is measured in
-    turn by ``torch.utils.benchmark.Timer`` (``blocked_autorange``, or one call for a function
-    slower than ``min_run_time``), and its time is the median of its rounds. With ``warmup`` each
-    function is called once first, untimed (fills caches, lets PyTorch pick its kernels).
-
-    Shapes:
-        no tensors of its own
-    """
-    _checks.positive_int("timed_medians", "rounds", rounds)
-    timers = {name: Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads()) for name, fn in fns.items()}
-    slow = {name: warmup and _one_call(fn) >= min_run_time for name, fn in fns.items()}
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, timer in timers.items():
-            times[name].append(_one_call(fns[name]) if slow[name] else
-                               timer.blocked_autorange(min_run_time=min_run_time).median)
-    return {name: statistics.median(ts) for name, ts in times.items()}
-
-
-def _one_call(fn: Callable[[], object]) -> float:  # on torch.utils.benchmark's synchronised clock
-    start = synchronised_clock()
-    fn()
-    return synchronised_clock() - start
 
 
 # ----------------------------------------------------------------------------- multi-head attention

@@ -6,7 +6,9 @@ replays every allocation (+n bytes) and free (-n bytes) of CPU tensor memory in 
 largest running total is the peak: the most tensor memory the call held at one moment on top of
 what was already allocated before it started. ``time_call`` reports the median wall time of
 several calls after a few warm-up calls; ``interleaved_medians`` does that for competing functions
-called in turn, so that a busy moment of a shared machine slows all of them alike.
+called in turn, so that a busy moment of a shared machine slows all of them alike;
+``timed_medians`` does the same with ``torch.utils.benchmark``'s ``Timer`` (``make bench``'s timer),
+whose clock synchronises the accelerator.
 
 Both measure the same thing on every machine only in relation: compare two functions measured
 the same way, and assert ratios with wide margins, never absolute times.
@@ -21,12 +23,15 @@ import sys
 import time
 from collections.abc import Callable
 
+import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
+from torch.utils.benchmark import Timer
+from torch.utils.benchmark.utils.timer import timer as synchronised_clock
 
 from attnbook import _checks as check
 
-__all__ = ["peak_memory_bytes", "memory_timeline", "time_call", "interleaved_medians"]
+__all__ = ["peak_memory_bytes", "memory_timeline", "time_call", "interleaved_medians", "timed_medians"]
 
 _clock = time.perf_counter  # a module attribute, so that tests can replace the clock
 
@@ -162,3 +167,30 @@ def interleaved_medians(
             fn()
             times[name].append(clock() - start)
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def timed_medians(fns: dict[str, Callable[[], object]], *, rounds: int, min_run_time: float,
+                  warmup: bool = True) -> dict[str, float]:
+    """Seconds per call of each function: in each of ``rounds`` rounds every function is measured in
+    turn by ``torch.utils.benchmark.Timer`` (``blocked_autorange``, or one call for a function
+    slower than ``min_run_time``), and its time is the median of its rounds. With ``warmup`` each
+    function is called once first, untimed (fills caches, lets PyTorch pick its kernels).
+
+    Shapes:
+        no tensors of its own
+    """
+    check.positive_int("timed_medians", "rounds", rounds)
+    timers = {name: Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads()) for name, fn in fns.items()}
+    slow = {name: warmup and _one_call(fn) >= min_run_time for name, fn in fns.items()}
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            times[name].append(_one_call(fns[name]) if slow[name] else
+                               timer.blocked_autorange(min_run_time=min_run_time).median)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _one_call(fn: Callable[[], object]) -> float:  # on torch.utils.benchmark's synchronised clock
+    start = synchronised_clock()
+    fn()
+    return synchronised_clock() - start
