@@ -10,7 +10,7 @@ import torch
 
 from attnbook.linear import linear_attention
 from attnbook_classroom.grading.compare import Wrong, check_number, compare
-from attnbook_classroom.grading.harness import answer, call, exercise, part, seeded_answer
+from attnbook_classroom.grading.harness import answer, call, exercise, part, seeded_answer, watched
 from attnbook_classroom.grading.sealed import Sealed
 
 LIBRARY = ["attnbook.linear.gated_delta_rule", "attnbook.linear.linear_attention",
@@ -140,16 +140,26 @@ def chunked_variants(q, k, v, C):
     ]
 
 
-def chunked_case(case, L, D, Dv, C):
+def chunked_case(case, L, D, Dv, C, *, watch=False):
+    """With ``watch`` (L larger than D, Dv and C), the part also refuses a computation that made a
+    tensor larger than L x max(D, Dv, C) numbers: the L x L scores of the unchunked form are one."""
     q, k, v = (case.randn(L, n, dtype=torch.float64) for n in (D, D, Dv))
-    out = yield call(q, k, v, C)
+    out = yield (watched(call(q, k, v, C)) if watch else call(q, k, v, C))
+    if watch:
+        out, largest = out.value, out.largest
+        if math.prod(largest) > L * max(D, Dv, C):
+            raise Wrong(
+                f"Your function made a tensor of shape {tuple(largest)} for L = {L} tokens in chunks of "
+                f"{C}: that is the whole L x L score matrix (or as large), so it did not work chunk by chunk. "
+                f"Compute only a C x C block of scores per chunk and carry the state S (D, Dv) across chunks.")
     ref = linear_attention(q[None, None], k[None, None], v[None, None])[0][0, 0]
     compare(out, ref, "output", chunked_variants(q, k, v, C))
 
 
 @part(CHUNKED, "uneven_chunks")
 def chunked_uneven(case):
-    yield from chunked_case(case, case.size(11, 9, 23), case.size(6, 3, 8), case.size(4, 2, 6), case.size(4, 2, 5))
+    yield from chunked_case(case, case.size(11, 9, 23), case.size(6, 3, 8), case.size(4, 2, 6), case.size(4, 2, 5),
+                            watch=True)
 
 
 @part(CHUNKED, "one_chunk")
