@@ -1,5 +1,5 @@
-"""Trained recall (chapter 15): small models with a softmax-attention, linear-attention, DeltaNet or
-Gated DeltaNet layer, trained on multi-query associative recall, and hybrids of them.
+"""Trained recall (chapter 15): small models with a softmax-attention, linear-attention, delta-rule or
+gated-delta-rule layer, trained on multi-query associative recall, and hybrids of them.
 
 The task, after the multi-query associative recall (MQAR) of the Zoology study (Arora et al., 2023),
 with each key–value pair in one token: a sequence lists N pairs (N distinct keys out of 64, each with
@@ -154,7 +154,7 @@ def run(seeds: Sequence[int] = GRID["seeds"], steps: int | None = None, out: str
             N = GRID["hybrid_pairs"]
             results["runs"][f"{hybrid}/N{N}/seed{seed}"] = r = train_run(hybrid.split(","), N, seed, steps)
             print(f"{hybrid} N={N} seed {seed}: accuracy {r['accuracy']:.3f} ({r['seconds']} s)", flush=True)
-    longer = GRID["longer"]
+    longer = GRID["longer"]  # the control always runs its own number of steps
     name = f"{longer['kind']}/N{longer['pairs']}/seed{longer['seed']}/steps{longer['steps']}"
     results["runs"][name] = r = train_run([longer["kind"]], longer["pairs"], longer["seed"], longer["steps"])
     print(f"{name}: accuracy {r['accuracy']:.3f} ({r['seconds']} s)", flush=True)
