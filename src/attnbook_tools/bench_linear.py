@@ -29,7 +29,14 @@ import torch.nn.functional as F
 from attnbook.linear import gated_delta_rule, linear_attention_parallel
 from attnbook_tools.measure import interleaved_medians
 
-__all__ = ["bench_linear", "delta_inputs", "decode_times", "main"]
+__all__ = ["QWEN3_NEXT", "bench_linear", "delta_inputs", "decode_times", "main"]
+
+# The sizes of one Qwen3-Next layer of each kind: the defaults of transformers' ``Qwen3NextConfig``
+# (``linear_num_value_heads``, ``linear_key_head_dim``, ``linear_value_head_dim``; ``num_key_value_heads``,
+# ``head_dim``), checked against it by tests/tools/test_bench_linear.py. A Gated DeltaNet layer keeps one
+# (key_dim, value_dim) state per value head; an attention layer caches a key and a value per key-value
+# head and token.
+QWEN3_NEXT = dict(value_heads=32, key_dim=128, value_dim=128, kv_heads=2, head_dim=256)
 
 FULL = dict(chunk_length=2048, chunk_sizes=[16, 32, 64, 128, 256], recurrent=True,
             lengths=[512, 1024, 2048, 4096, 8192], contexts=[256, 1024, 4096, 16384], repeats=5, decode_repeats=51)

@@ -14,6 +14,10 @@ Rules (all in float64):
 * ``delta``: the delta rule with β = 1 (DeltaNet without a gate);
 * ``gated_delta``: the gated delta rule with β = 1 and a constant gate exp(g) = ``keep``.
 
+:func:`codebook_recall` measures the same memories at the sizes of the trained study
+(``attnbook_tools.recall_study``): keys and values both D wide, each drawn from a codebook of 64 random
+unit vectors (64 possible keys packed into D dimensions), a readout decoded to the nearest value.
+
 Shapes:
     keys (T, 1, N, D); values (T, 1, N, classes); T trials
 """
@@ -26,7 +30,7 @@ import torch
 
 from attnbook.linear import gated_delta_rule, linear_attention
 
-__all__ = ["RULES", "recall_batch", "recall_readout", "state_recall"]
+__all__ = ["RULES", "recall_batch", "recall_readout", "state_recall", "codebook_recall"]
 
 RULES = ("softmax", "linear", "delta", "gated_delta")
 SHARPNESS = 20.0  # softmax's scores ×20: close to picking the single best-matching key
@@ -60,3 +64,23 @@ def state_recall(rule: str, N: int, D: int, *, trials: int = 100, classes: int =
         raise ValueError(f"state_recall: `rule` must be one of {RULES}; got {rule!r}")
     keys, labels, values = recall_batch(trials, N, D, classes, generator=torch.Generator().manual_seed(seed))
     return (recall_readout(rule, keys, values).argmax(-1) == labels).double().mean().item()
+
+
+def codebook_recall(rule: str, N: int, D: int, *, trials: int = 100, codes: int = 64, seed: int = 0) -> float:
+    """Recall at the trained study's sizes, without training: in each trial, 64 random unit keys and 64
+    random unit values in D dimensions (the codebooks); N distinct keys, each with a random value, are
+    written into a D x D state; a query is recalled when its readout's best match among the 64 values
+    (largest dot product) is its own."""
+    if rule not in RULES:
+        raise ValueError(f"codebook_recall: `rule` must be one of {RULES}; got {rule!r}")
+    gen = torch.Generator().manual_seed(seed)
+    key_book = torch.randn(trials, codes, D, generator=gen, dtype=torch.float64)
+    value_book = torch.randn(trials, codes, D, generator=gen, dtype=torch.float64)
+    key_book, value_book = (b / b.norm(dim=-1, keepdim=True) for b in (key_book, value_book))
+    which = torch.rand(trials, codes, generator=gen).argsort(-1)[:, :N]  # N distinct keys
+    labels = torch.randint(codes, (trials, N), generator=gen)
+    keys = key_book.gather(1, which[..., None].expand(-1, -1, D))[:, None]  # (T, 1, N, D)
+    values = value_book.gather(1, labels[..., None].expand(-1, -1, D))[:, None]
+    readout = recall_readout(rule, keys, values)  # (T, 1, N, D)
+    guess = (readout @ value_book[:, None].transpose(-2, -1)).argmax(-1)  # nearest of the 64 values
+    return (guess == labels[:, None]).double().mean().item()

@@ -1,5 +1,5 @@
-"""Trained recall (chapter 15): small models with a softmax-attention, linear-attention, DeltaNet or
-Gated DeltaNet layer, trained on multi-query associative recall, and hybrids of them.
+"""Trained recall (chapter 15): small models with a softmax-attention, linear-attention, delta-rule or
+gated-delta-rule layer, trained on multi-query associative recall, and hybrids of them.
 
 The task, after the multi-query associative recall (MQAR) of the Zoology study (Arora et al., 2023),
 with each key–value pair in one token: a sequence lists N pairs (N distinct keys out of 64, each with
@@ -13,8 +13,12 @@ linear read-out to the 64 values. Mixers:
 
 * ``softmax``: causal softmax attention;
 * ``linear``: causal linear attention, queries and keys l2-normalised;
-* ``delta``: the delta rule (DeltaNet: β = sigmoid of a projection, no gate), q and k l2-normalised;
-* ``gated_delta``: the gated delta rule (g = logsigmoid of a projection), as in Gated DeltaNet.
+* ``delta``: the delta rule (β = sigmoid of a projection, no gate), q and k l2-normalised;
+* ``gated_delta``: the gated delta rule (g = logsigmoid of a projection), the rule of Gated DeltaNet
+  alone, without its short convolution and output gate.
+
+One control trains a single run for four times the steps (``GRID["longer"]``), to see whether the
+fixed-state runs were still learning.
 
 A hybrid is a list of mixers, one per layer (``"gated_delta,gated_delta,gated_delta,softmax"``:
 one full-attention layer in four, as in Qwen3-Next).
@@ -50,7 +54,8 @@ TRAINING = dict(width=16, steps=1500, batch_size=64, lr=3e-3, eval_sequences=100
 GRID = dict(pairs=[8, 32], seeds=[0, 1],
             hybrid_pairs=32, hybrids=["gated_delta,gated_delta,gated_delta,softmax",
                                       "gated_delta,gated_delta,gated_delta,gated_delta",
-                                      "softmax,softmax,softmax,softmax"])
+                                      "softmax,softmax,softmax,softmax"],
+            longer=dict(kind="linear", pairs=8, seed=0, steps=6000))  # a control: four times the steps
 
 
 def mqar_batch(B: int, N: int, *, generator: torch.Generator):
@@ -149,6 +154,10 @@ def run(seeds: Sequence[int] = GRID["seeds"], steps: int | None = None, out: str
             N = GRID["hybrid_pairs"]
             results["runs"][f"{hybrid}/N{N}/seed{seed}"] = r = train_run(hybrid.split(","), N, seed, steps)
             print(f"{hybrid} N={N} seed {seed}: accuracy {r['accuracy']:.3f} ({r['seconds']} s)", flush=True)
+    longer = GRID["longer"]  # the control always runs its own number of steps
+    name = f"{longer['kind']}/N{longer['pairs']}/seed{longer['seed']}/steps{longer['steps']}"
+    results["runs"][name] = r = train_run([longer["kind"]], longer["pairs"], longer["seed"], longer["steps"])
+    print(f"{name}: accuracy {r['accuracy']:.3f} ({r['seconds']} s)", flush=True)
     write_results(out or DATA_DIR / RESULTS_FILE, results)
     return results
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnbook_classroom.grading import check
-from grading_linear_answers import good_chunked, good_delta_step, recall_answer
+from grading_linear_answers import good_chunked, good_delta_step, recall_answer, unchunked
 
 MISTAKES = [
     ("delta_rule_step", lambda *a: good_delta_step(*a, order="update_before_read"), "one_step",
@@ -17,6 +17,7 @@ MISTAKES = [
      "before the chunk read it"),
     ("chunked_linear_attention", lambda *a: good_chunked(*a, causal=False), "uneven_chunks", "causal"),
     ("chunked_linear_attention", lambda *a: good_chunked(*a, scale=False), "one_chunk", "1/sqrt(D)"),
+    ("chunked_linear_attention", unchunked, "uneven_chunks", "did not work chunk by chunk"),
     ("recall_capacity", recall_answer(predicted="A"), "predicted", "overlaps"),
     ("recall_capacity", recall_answer(predicted="C"), "predicted", "not to chance"),
     ("recall_capacity", recall_answer(how="outputs"), "measured", "FINAL state"),

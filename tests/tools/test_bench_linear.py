@@ -41,3 +41,24 @@ def test_recall_study_batch_and_a_short_run():
     assert model(keys, values).shape == (3, 5, 64)
     result = train_run(["linear"], 4, seed=0, steps=3)
     assert 0 <= result["accuracy"] <= 1
+
+
+def test_qwen3_next_sizes_are_transformers_config_defaults():
+    transformers = pytest.importorskip("transformers")
+    from attnbook_tools.bench_linear import QWEN3_NEXT
+
+    config = transformers.Qwen3NextConfig()
+    assert QWEN3_NEXT == dict(value_heads=config.linear_num_value_heads, key_dim=config.linear_key_head_dim,
+                              value_dim=config.linear_value_head_dim, kv_heads=config.num_key_value_heads,
+                              head_dim=config.head_dim)
+    assert config.layer_types[:4] == ["linear_attention"] * 3 + ["full_attention"]
+
+
+def test_codebook_recall_at_the_trained_sizes():
+    from attnbook_tools.recall import codebook_recall
+
+    assert codebook_recall("softmax", 8, 16, trials=10) == 1.0
+    few, many = (codebook_recall("linear", N, 16, trials=20) for N in (4, 32))
+    assert 0.9 < few <= 1.0 and many < few
+    with pytest.raises(ValueError, match="`rule`"):
+        codebook_recall("bogus", 8, 16)

@@ -28,8 +28,8 @@ from attnbook_classroom.grading import wire
 from attnbook_classroom.grading.compare import Wrong, exception_message, warning_notes
 from attnbook_classroom.grading.forked import isolated
 
-__all__ = ["Feedback", "Wrong", "Exercise", "EXERCISES", "exercise", "part", "Case", "call", "answer",
-           "seeded_answer", "either", "check", "exercise_ids", "parts", "describe", "get_exercise", "PendingPart",
+__all__ = ["Feedback", "Wrong", "Exercise", "EXERCISES", "exercise", "part", "Case", "call", "watched",
+           "Watched", "answer", "seeded_answer", "either", "check", "exercise_ids", "parts", "describe", "get_exercise", "PendingPart",
            "DEFAULT_TIMEOUT", "HIDDEN_SEED"]
 
 DEFAULT_TIMEOUT = 5.0  # seconds per part
@@ -219,6 +219,21 @@ def call(*args, hints=None, **kwargs) -> Call:
     return Call({"op": "call", "args": wire.encode(args), "kwargs": wire.encode(kwargs)}, hints)
 
 
+def watched(c: Call) -> Call:
+    """``c``, run while recording the largest tensor the student's code makes: the part receives a
+    :class:`Watched` (the value and that tensor's shape)."""
+    return Call({**c.spec, "largest": True}, c.hints)
+
+
+@dataclass
+class Watched:
+    """A watched call's result: its ``value`` and ``largest``, the shape of the largest tensor
+    (by number of elements) that any operation made during the call."""
+
+    value: Any
+    largest: tuple
+
+
 def answer() -> Call:
     """The student's answer itself (a dict, a set, a number); the part receives a copy of it."""
     return Call({"op": "answer"})
@@ -336,6 +351,11 @@ def _value(raw: Any, c: Call) -> Any:
         raise Wrong(exception_message(info, c.hints))
     try:
         value = wire.decode(raw.get("value"))
+        if c.spec.get("largest"):
+            largest = raw.get("largest")
+            if not isinstance(largest, list) or not all(isinstance(n, int) for n in largest):
+                raise Wrong("The grader could not read the sizes of the tensors your function made.")
+            return Watched(value, tuple(largest))
         if raw.get("kind") is None:
             return value
         fields = {k: raw.get(k) for k in ("skipped", "built", "name", "lists", "shapes", "n_params", "loaded")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 MAX_BYTES = 32 << 20  # one part's results
 _MAX_ITEMS = 4096
@@ -249,7 +250,8 @@ def _module_run(cls, spec: dict) -> dict:
 def execute(fn, spec: dict) -> dict:
     """Run one spec against the student's answer ``fn``; never raises for the student's errors.
 
-    Spec ops: ``call`` (``fn(*args, **kwargs)``), ``answer`` (``fn`` itself, e.g. a dict), and
+    Spec ops: ``call`` (``fn(*args, **kwargs)``; with ``"largest": True`` the result also holds the
+    shape of the largest tensor any operation made during the call), ``answer`` (``fn`` itself, e.g. a dict), and
     ``either`` (its ``module`` spec when ``fn`` is an ``nn.Module`` class, else its ``call`` spec;
     a missing one is skipped).
     """
@@ -270,7 +272,29 @@ def execute(fn, spec: dict) -> dict:
     if not callable(fn):
         return {"ok": False, "not_callable": type(fn).__name__[:100], "text": _safe_repr(fn)}
     args, kwargs = decode(spec["args"]), decode(spec["kwargs"])
-    return _guarded(lambda: {"value": encode(fn(*args, **kwargs))})
+    if not spec.get("largest"):
+        return _guarded(lambda: {"value": encode(fn(*args, **kwargs))})
+
+    def watched():
+        with _Largest() as largest:
+            value = fn(*args, **kwargs)
+        return {"value": encode(value), "largest": list(largest.shape)}
+    return _guarded(watched)
+
+
+class _Largest(TorchDispatchMode):
+    """Records the shape of the largest tensor (by number of elements) that any operation returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.shape, self._numel = (), -1
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, Tensor) and t.numel() > self._numel:
+                self.shape, self._numel = tuple(t.shape), t.numel()
+        return out
 
 
 def _safe_repr(obj) -> str:
