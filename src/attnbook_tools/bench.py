@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbook import _checks
+from attnbook import _checks, _tensor_checks
 from attnbook.functional import attention, fused_attention, split_heads
 from attnbook.tiled import tiled_attention
 from attnbook_tools.bench_linear import bench_linear, format_rows
@@ -348,12 +348,14 @@ def recorded_checks(call: Callable[[], object]) -> list[tuple[Callable, tuple, d
     """The check calls, with their arguments, that one run of ``call`` makes into
     :mod:`attnbook._checks` (the outermost ones: a check that another check calls is part of it).
     The library calls its checks through the module (``check.tensor(...)``), so wrapping the
-    module's functions for the length of one call sees every one of them.
+    module's functions (its own and those of :mod:`attnbook._tensor_checks` it hands on) for the
+    length of one call sees every one of them.
 
     Shapes:
         no tensors of its own
     """
-    names = [n for n, f in vars(_checks).items() if callable(f) and getattr(f, "__module__", None) == _checks.__name__]
+    names = [n for n, f in vars(_checks).items()
+             if callable(f) and getattr(f, "__module__", None) in (_checks.__name__, _tensor_checks.__name__)]
     saved, calls, depth = {n: getattr(_checks, n) for n in names}, [], [0]
 
     def wrapped(f: Callable) -> Callable:
