@@ -56,9 +56,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbook import _checks
+from attnbook import _checks, _tensor_checks
 from attnbook.functional import attention, fused_attention, split_heads
 from attnbook.tiled import tiled_attention
+from attnbook_tools.bench_latent import bench_latent
 from attnbook_tools.bench_linear import bench_linear, format_rows
 from attnbook_tools.bench_report import TARGETS, format_table, ratios
 from attnbook_tools.measure import peak_memory_bytes, timed_medians
@@ -308,52 +309,19 @@ def bench_decode_step(sizes: Sizes) -> dict:
             "cache_bytes": cache_bytes, "same_as_full": same}
 
 
-def bench_latent(sizes: Sizes) -> dict:
-    """One decoded token at S cached tokens through multi-head latent attention, plain (every
-    head's keys and values formed from the cached latents) against absorbed (attention in latent
-    space), and the cache's bytes against multi-head attention's of H heads of Dn + R.
-
-    Shapes:
-        prefix (1, S, E), token (1, 1, E); cache (1, S + 1, C) and (1, S + 1, R); no tensors returned
-    """
-    from attnbook.latent import MultiHeadLatentAttention
-
-    E, H, C, R, Dn, Dv, S = sizes.latent_layer
-    torch.manual_seed(0)
-    sequence = torch.randn(1, S + 1, E)  # (B, S + 1, E)
-    # the readable path: PyTorch's fused kernels fall back to their slow math path for one query
-    # against a key head shared by every query head (enable_gqa) under a mask
-    layer = MultiHeadLatentAttention(E, H, kv_rank=C, rope_dim=R, nope_dim=Dn, v_dim=Dv, backend="math").eval()
-    cache = layer.new_cache(1, S + 1)
-
-    def step(absorb: bool) -> Callable[[], torch.Tensor]:
-        def run() -> torch.Tensor:
-            cache.length = S  # S cached tokens again
-            return layer(sequence[:, S:], cache=cache, absorb=absorb)[0]
-        return run
-
-    with torch.inference_mode():
-        layer(sequence[:, :S], cache=cache)
-        same = bool(torch.allclose(step(True)(), step(False)(), atol=1e-5, rtol=1e-4))
-        medians = timed_medians({"plain": step(False), "absorbed": step(True)}, rounds=sizes.decode_repeats,
-                                min_run_time=sizes.min_run_time)
-    latent_bytes = cache._latents.nbytes + cache._k_rope.nbytes
-    mha_bytes = 2 * H * (Dn + R) * (S + 1) * 4  # float32 keys and values of H heads of Dn + R
-    return {"E": E, "H": H, "C": C, "R": R, "Dn": Dn, "Dv": Dv, "cached": S, "backend": "math", "seconds": medians,
-            "cache_bytes": {"latent": latent_bytes, "mha": mha_bytes}, "absorbed_equals_plain": same}
-
-
 # ----------------------------------------------------------------------------- the checks' cost
 def recorded_checks(call: Callable[[], object]) -> list[tuple[Callable, tuple, dict]]:
     """The check calls, with their arguments, that one run of ``call`` makes into
     :mod:`attnbook._checks` (the outermost ones: a check that another check calls is part of it).
     The library calls its checks through the module (``check.tensor(...)``), so wrapping the
-    module's functions for the length of one call sees every one of them.
+    module's functions (its own and those of :mod:`attnbook._tensor_checks` it hands on) for the
+    length of one call sees every one of them.
 
     Shapes:
         no tensors of its own
     """
-    names = [n for n, f in vars(_checks).items() if callable(f) and getattr(f, "__module__", None) == _checks.__name__]
+    names = [n for n, f in vars(_checks).items()
+             if callable(f) and getattr(f, "__module__", None) in (_checks.__name__, _tensor_checks.__name__)]
     saved, calls, depth = {n: getattr(_checks, n) for n in names}, [], [0]
 
     def wrapped(f: Callable) -> Callable:

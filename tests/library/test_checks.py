@@ -118,13 +118,13 @@ SHAPES = [(), (1,), (3,), (0,), (2, 1), (1, 4), (2, 4), (3, 1, 4), (1, 0), (5, 1
 @pytest.mark.parametrize("first", SHAPES)
 @pytest.mark.parametrize("second", SHAPES)
 def test_shapes_broadcast_on_tuples_as_torch_broadcasts_them(first, second):
-    from attnbook import _checks
+    from attnbook import _tensor_checks
 
     try:
         expected = tuple(torch.broadcast_shapes(first, second, (1,) * len(first)))
     except RuntimeError:
         expected = None
-    assert _checks._broadcast(first, second, (1,) * len(first)) == expected
+    assert _tensor_checks._broadcast(first, second, (1,) * len(first)) == expected
 
 
 @pytest.mark.parametrize("case", [
@@ -135,10 +135,10 @@ def test_shapes_broadcast_on_tuples_as_torch_broadcasts_them(first, second):
     {"q": [[1.0]]},  # not a tensor
 ])
 def test_the_quick_path_of_tensors_refuses_what_the_explained_path_refuses(case):
-    from attnbook import _checks
+    from attnbook import _tensor_checks
 
     tensors = {"q": torch.randn(2, 3, 4), "k": torch.randn(2, 3, 4), **case}
     named = {"query": (tensors["q"], "B, L, D"), "key": (tensors["k"], "B, S, D")}
-    assert not _checks._tensors_fit(named, None, {})
+    assert not _tensor_checks._tensors_fit(named, None, {})
     with pytest.raises((TypeError, ValueError), match="^where: "):
-        _checks.tensors("where", named)
+        _tensor_checks.tensors("where", named)

@@ -26,7 +26,8 @@ chapter's exercises.
 # that never grade): what grades imports torch when it runs.
 from attnbook_classroom.course.assign import build_assignments
 from attnbook_classroom.course.folder import COURSE_ID, DEFAULT_ROOT
-from attnbook_classroom.course.grade import export_csv, grade
+from attnbook_classroom.course.grade import grade
+from attnbook_classroom.course.gradebook import export_csv
 from attnbook_classroom.course.notebooks import exercise_notebook, graded_cells
 
 __all__ = ["COURSE_ID", "DEFAULT_ROOT", "build_assignments", "grade", "export_csv", "exercise_notebook",

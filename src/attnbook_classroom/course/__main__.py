@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
 
         make_student_env(args.prefix, args.python or DEFAULT_PYTHON, args.exchange)
     else:
-        from attnbook_classroom.course.grade import export_csv
+        from attnbook_classroom.course.gradebook import export_csv
 
         print(export_csv(args.root.resolve()))
 
