@@ -66,6 +66,7 @@ from attnbook.models.transformer import TinyTransformer
 from attnbook.multihead import CausalSelfAttention, MultiHeadAttention
 from attnbook.scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
 from attnbook.tasks.reversal import ReversalTask
+from attnbook import interop  # noqa: F401  (attaches from_torch, to_torch and from_llama to the classes)
 
 __all__ = ["masked_softmax", "causal_mask", "combine_masks", "padding_mask",
            "Attention", "DotScore", "ScaledDotScore", "BilinearScore", "AdditiveScore",

@@ -15,9 +15,10 @@ The modules call it through their class methods, which read as what they make:
   Qwen3, Gemma 3, gpt-oss, Qwen3-Next, DeepSeek-V3), every option read from the layer and its
   config.
 
-The functions that make a module take its class first (``from_torch(MultiHeadAttention, module)``),
-so that this module imports none of the book's modules at import time: the arrow runs from
-``multihead`` to here (:func:`from_hf` imports the two modules it makes when it is called).
+The functions that make a module take its class first (``from_torch(MultiHeadAttention, module)``);
+the end of this module attaches them to the classes as the methods above, so that the arrows run
+one way, from here to ``multihead`` (``import attnbook`` imports this module, so the methods are
+always there).
 Every copy keeps the dtype and the device of what it copies, and its training mode.
 
 Shapes:
@@ -30,6 +31,9 @@ import torch
 from torch import nn
 
 from attnbook import _checks as check
+from attnbook.latent import MultiHeadLatentAttention
+from attnbook.multihead import CausalSelfAttention, MultiHeadAttention
+from attnbook.positions import rope_frequencies
 
 __all__ = ["from_torch", "to_torch", "from_llama", "from_hf"]
 
@@ -173,10 +177,6 @@ def from_hf(layer: nn.Module, backend: str = "math") -> nn.Module:
         layer's q_proj.weight (H·D, E) [(2·H·D, E) with Qwen3-Next's gate], k_proj.weight and
         v_proj.weight (H_kv·D, E), o_proj.weight (E, H·D)
     """
-    from attnbook.latent import MultiHeadLatentAttention
-    from attnbook.multihead import CausalSelfAttention
-    from attnbook.positions import rope_frequencies
-
     where = "from_hf"
     check.that(isinstance(layer, nn.Module) and hasattr(layer, "config") and hasattr(layer, "o_proj"), where,
                lambda: f"`layer` must be a Hugging Face attention layer; got {check.described(layer)}", TypeError)
@@ -237,3 +237,13 @@ def from_hf(layer: nn.Module, backend: str = "math") -> nn.Module:
             new.sinks.copy_(sinks)
     return new.train(layer.training)
 
+
+def _from_llama(cls: type[nn.Module], layer: nn.Module, backend: str = "math", window: int | None = None) -> nn.Module:
+    """``CausalSelfAttention.from_llama(layer, backend="math", window=None)``: :func:`from_llama`."""
+    return from_llama(cls, layer, backend=backend, window=window)
+
+
+# The classes' own doors to these copies (documented in attnbook.multihead).
+MultiHeadAttention.from_torch = classmethod(from_torch)
+MultiHeadAttention.to_torch = to_torch
+CausalSelfAttention.from_llama = classmethod(_from_llama)

@@ -12,7 +12,7 @@ Both modules compute the same four steps:
 
 :class:`MultiHeadAttention` computes what ``torch.nn.MultiheadAttention`` computes (batch-first,
 with the book's masks); :meth:`MultiHeadAttention.from_torch` and :meth:`MultiHeadAttention.to_torch`
-copy the weights across (their code is in :mod:`attnbook.interop`). :class:`CausalSelfAttention` is
+copy the weights across (:mod:`attnbook.interop` holds their code and attaches them to the classes). :class:`CausalSelfAttention` is
 a decoder's self-attention: queries, keys and values from one sequence, the causal mask aligned to
 the bottom right, and an optional :class:`~attnbook.kv_cache.KVCache` for decoding one token at a
 time through the same forward. Its options are today's models' (grouped-query heads, rotary
@@ -39,7 +39,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook import _checks as check
-from attnbook import interop
 from attnbook.functional import _attention, _fused_attention, _merge_heads, _split_heads, merge_heads, split_heads
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask
@@ -243,15 +242,6 @@ class MultiHeadAttention(_MultiHead):
         return self._attend(q, k, v, mask=mask, key_mask=key_mask, is_causal=is_causal, need_weights=need_weights,
                             average_attn_weights=average_attn_weights)
 
-    @classmethod
-    def from_torch(cls, module: nn.MultiheadAttention, *, backend: str = "math") -> MultiHeadAttention:
-        """A new module holding a copy of the weights of ``module`` (:func:`attnbook.interop.from_torch`)."""
-        return interop.from_torch(cls, module, backend=backend)
-
-    def to_torch(self) -> nn.MultiheadAttention:
-        """A ``torch.nn.MultiheadAttention`` with a copy of these weights (:func:`attnbook.interop.to_torch`)."""
-        return interop.to_torch(self)
-
 
 class CausalSelfAttention(_MultiHead):
     """Causal multi-head self-attention, the attention of a decoder-only transformer.
@@ -431,9 +421,3 @@ class CausalSelfAttention(_MultiHead):
         inv_freq, factor = rope_frequencies(R, self.rotary_base, self.rotary_scaling)  # (R/2,), a float
         turned = apply_rotary(x[..., :R], positions, layout=self.rotary_layout, inv_freq=inv_freq) * factor
         return turned if R == x.shape[-1] else torch.cat([turned, x[..., R:]], dim=-1)  # (B, H, L, D)
-
-    @classmethod
-    def from_llama(cls, layer: nn.Module, backend: str = "math", window: int | None = None) -> CausalSelfAttention:
-        """A new module holding a copy of a Hugging Face ``LlamaAttention`` layer's weights
-        (:func:`attnbook.interop.from_llama`)."""
-        return interop.from_llama(cls, layer, backend=backend, window=window)

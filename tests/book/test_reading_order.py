@@ -102,6 +102,10 @@ TAUGHT_IN = {
     # attnbook.tiled, attnbook.kv_cache: tiles and caches are the subject of chapter 9
     "tiled_attention": "chapters/09_attention_at_scale",
     "online_softmax_step": "chapters/09_attention_at_scale",
+    "tiled_forward": "chapters/09_attention_at_scale",
+    "tiled_backward": "chapters/09_attention_at_scale",
+    "attention_tile_backward": "chapters/09_attention_at_scale",
+    "TiledAttention": "chapters/09_attention_at_scale",
     "TILE_SCORES": "chapters/09_attention_at_scale",
     "KVCache": "chapters/09_attention_at_scale",
     # attnbook.tasks.text: the real-text model's data and scores; its chapter is not written yet

@@ -13,7 +13,7 @@ from attnbook_classroom.course import build_assignments
 from attnbook_classroom.course.bench import HOSTILE, NOTEBOOK_OVERHEAD, run_class, verify
 from attnbook_classroom.course.bench_class import exercises
 from attnbook_classroom.course.folder import limits
-from attnbook_classroom.course.notebooks import toc_chapters
+from bookbuild.notebooks import toc_chapters
 
 CHAPTER = "03_scaled_dot_product"
 

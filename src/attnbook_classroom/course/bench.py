@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     course = root / "course"
     notebooks = None
     if args.chapters:
-        from attnbook_classroom.course.notebooks import toc_chapters
+        from bookbuild.notebooks import toc_chapters
 
         notebooks = [p for p in toc_chapters() if p.stem in args.chapters]
         if len(notebooks) != len(set(args.chapters)):
