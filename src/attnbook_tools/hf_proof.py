@@ -30,14 +30,15 @@ B, E, H, T, P = 2, 32, 4, 9, 5
 YARN = {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "original_max_position_embeddings": 16}
 COMMON = dict(hidden_size=E, num_attention_heads=H, num_key_value_heads=2, intermediate_size=64, num_hidden_layers=2,
               vocab_size=16, max_position_embeddings=64)
-# family -> (the layer index compared, the features it has switched on)
+# family -> (the layer index compared, the features it has switched on; * an option of the config,
+# off in the released models)
 FAMILIES = {
     "llama": (0, "Llama 3.1's rotary scaling"),
     "mistral": (0, "sliding window"),
-    "qwen3": (1, "QK-norm, D·H != E; YaRN, a sliding layer (options, off in released models)"),
+    "qwen3": (1, "QK-norm, D·H != E, YaRN*, a sliding layer*"),
     "gemma3": (0, "QK-norm (1 + weight), local layer, query_pre_attn_scalar"),
     "gpt_oss": (0, "learned sinks, YaRN, a sliding layer, biases"),
-    "qwen3_next": (0, "output gate, QK-norm (1 + weight), a quarter of D rotated"),
+    "qwen3_next": (0, "output gate, QK-norm (1 + weight), quarter of D rotated"),
     "deepseek_v3": (0, "latent attention, YaRN (mscale), interleaved pairs"),
 }
 ONE_PLUS = ("Gemma3RMSNorm", "Qwen3NextRMSNorm")
