@@ -57,8 +57,10 @@ def mlp(embed_dim: int, mlp_ratio: int, activation: str = "gelu", bias: bool = T
 
 
 class SwiGLU(nn.Module):
-    """The MLP of Llama, Qwen3, Gemma 3 and DeepSeek (Shazeer,
+    """The MLP of Llama, Mistral, Qwen3 and DeepSeek-V3 (Shazeer,
     2020): a gated linear unit, ``down(silu(gate(x)) * up(x))``.
+    (Gemma 3's MLP is the same with a tanh-approximated GELU in
+    place of the SiLU: a GeGLU.)
     Three matrices instead of two, so a hidden width of 2/3 of the
     GELU MLP's keeps the parameter count (Llama's choice).
 

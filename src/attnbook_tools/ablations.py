@@ -142,7 +142,7 @@ VARIANTS = {
     "no_residual": {"residual": False},
     "no_norm": {"norm": None},
     "post_norm": {"norm": "post"},
-    # today's block (Llama, Qwen3, Gemma 3, DeepSeek): RMSNorm and SwiGLU, no biases; chapter 14 trains it
+    # today's block (Llama, Qwen3, DeepSeek-V3): RMSNorm and SwiGLU, no biases; chapter 14 trains it
     "today": {"normalization": "rmsnorm", "activation": "swiglu", "bias": False},
 }
 

@@ -24,20 +24,21 @@ import torch
 from attnbook.interop import from_hf
 from attnbook.positions import rope_frequencies
 
-__all__ = ["FAMILIES", "build", "prove"]
+__all__ = ["FAMILIES", "build", "prove", "tables"]
 
 B, E, H, T, P = 2, 32, 4, 9, 5
 YARN = {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "original_max_position_embeddings": 16}
 COMMON = dict(hidden_size=E, num_attention_heads=H, num_key_value_heads=2, intermediate_size=64, num_hidden_layers=2,
               vocab_size=16, max_position_embeddings=64)
-# family -> (the layer index compared, the features it has switched on)
+# family -> (the layer index compared, the features it has switched on; * an option of the config,
+# off in the released models)
 FAMILIES = {
     "llama": (0, "Llama 3.1's rotary scaling"),
     "mistral": (0, "sliding window"),
-    "qwen3": (1, "QK-norm, YaRN, a sliding layer, D·H != E"),
+    "qwen3": (1, "QK-norm, D·H != E, YaRN*, a sliding layer*"),
     "gemma3": (0, "QK-norm (1 + weight), local layer, query_pre_attn_scalar"),
     "gpt_oss": (0, "learned sinks, YaRN, a sliding layer, biases"),
-    "qwen3_next": (0, "output gate, QK-norm, a quarter of D rotated"),
+    "qwen3_next": (0, "output gate, QK-norm (1 + weight), quarter of D rotated"),
     "deepseek_v3": (0, "latent attention, YaRN (mscale), interleaved pairs"),
 }
 ONE_PLUS = ("Gemma3RMSNorm", "Qwen3NextRMSNorm")
@@ -99,11 +100,36 @@ def _rope(layer, config) -> dict:
     return rope[layer.layer_type] if getattr(layer, "layer_type", None) in rope else rope
 
 
+def _width(layer, config) -> int:
+    return config.qk_rope_head_dim if hasattr(layer, "kv_b_proj") else int(
+        layer.head_dim * _rope(layer, config).get("partial_rotary_factor", 1.0))
+
+
+def tables(family: str) -> list[dict]:
+    """The library's rotary tables for the family's layers against transformers' own: the rotary
+    module's ``inv_freq`` and ``attention_scaling`` (computed by ``ROPE_INIT_FUNCTIONS`` for a
+    scaled ``rope_type``, in float32), one row per kind of layer (Gemma 3 has two).
+
+    Shapes:
+        -> [{"rope_type": str, "inv_freq": largest relative difference, "factor": (ours, theirs)}]
+    """
+    layer, rotary, config = build(family)
+    kinds = [k for k in ("sliding_attention", "full_attention") if k in config.rope_parameters] or [None]
+    rows = []
+    for kind in kinds:
+        rope = config.rope_parameters[kind] if kind else config.rope_parameters
+        inv_freq, factor = rope_frequencies(_width(layer, config), rope["rope_theta"], rope)
+        prefix = f"{kind}_" if kind else ""
+        theirs = getattr(rotary, f"{prefix}inv_freq").double()
+        rows.append({"rope_type": rope.get("rope_type", "default"),
+                     "inv_freq": ((inv_freq - theirs).abs() / theirs.abs()).max().item(),
+                     "factor": (factor, float(getattr(rotary, f"{prefix}attention_scaling")))})
+    return rows
+
+
 def _cos_sin(layer, config, positions, family):
     rope = _rope(layer, config)
-    width = config.qk_rope_head_dim if hasattr(layer, "kv_b_proj") else int(
-        layer.head_dim * rope.get("partial_rotary_factor", 1.0))
-    inv_freq, factor = rope_frequencies(width, rope["rope_theta"], rope)
+    inv_freq, factor = rope_frequencies(_width(layer, config), rope["rope_theta"], rope)
     angles = positions.double()[:, None] * inv_freq  # (L, R/2)
     emb = angles if family == "gpt_oss" else torch.cat([angles, angles], -1)
     return (emb.cos() * factor)[None], (emb.sin() * factor)[None]

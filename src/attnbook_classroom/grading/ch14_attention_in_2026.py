@@ -103,12 +103,18 @@ ABSORB = exercise(
     "fn(q_nope, latents, w_uk) -> (B, H, L, S): the unrotated part of latent attention's scores, "
     "q_nope,h · (W_uk,h c_s), computed without forming any key: first each head's query times "
     "W_uk,hᵀ, then its dot products with the latents. q_nope (B, H, L, Dn), latents (B, S, C), "
-    "w_uk (H, Dn, C). No scale.",
+    "w_uk (H, Dn, C). No scale. Two parts give latents and weights of size about 1e200 and queries of "
+    "about 1e-200: a key W_uk c would overflow float64, a query moved into latent space does not.",
     blocks=["attnbook.latent.MultiHeadLatentAttention"])
 
 M_TRANSPOSE = ("You multiplied by W_uk where its transpose belongs: the key is W_uk c (Dn numbers from C), so "
                "the query moves into latent space as W_ukᵀ q, `torch.einsum('bhld,hdc->bhlc', q_nope, w_uk)`.")
 M_ONE_HEAD = "Every head used head 0's W_uk: each head h has its own up-projection w_uk[h]."
+M_KEYS = ("Your scores overflowed to inf or NaN where the absorbed ones are finite: you formed the keys. "
+          "Here the latents and w_uk are about 1e200 and the queries about 1e-200, so a key W_uk c (about "
+          "1e400) overflows float64. Move each head's queries into latent space first, "
+          "`torch.einsum('bhld,hdc->bhlc', q_nope, w_uk)`, then take dot products with the latents "
+          "(a single einsum over all three operands may form the keys itself: write the two steps).")
 M_SCALED = "Your scores are scaled: this exercise asks for the plain dot products (no 1/√D)."
 
 
@@ -119,11 +125,18 @@ def absorbed_reference(q, c, w, *, transpose=False, one_head=False):
     return q_latent @ c[:, None].transpose(-2, -1)  # (B, H, L, S)
 
 
-def absorb_case(case, B, H, L, S, Dn, C):
-    q, c = case.randn(B, H, L, Dn, dtype=torch.float64), case.randn(B, S, C, dtype=torch.float64)
-    w = case.randn(H, Dn, C, dtype=torch.float64)
+def absorb_case(case, B, H, L, S, Dn, C, *, huge=False):
+    # huge: latents and weights ~1e200, queries ~1e-200. The absorbed scores are ~1e200, finite;
+    # a key W_uk c is ~1e400 and overflows float64, so a solution that forms keys returns inf/NaN
+    big = 1e200 if huge else 1.0
+    q, c = case.randn(B, H, L, Dn, dtype=torch.float64) / big, case.randn(B, S, C, dtype=torch.float64) * big
+    w = case.randn(H, Dn, C, dtype=torch.float64) * big
     out = yield call(q, c, w)
     ref = absorbed_reference(q, c, w)
+    assert torch.isfinite(ref).all()
+    if (huge and isinstance(out, torch.Tensor) and out.shape == ref.shape and out.is_floating_point()
+            and not torch.isfinite(out).all()):
+        raise Wrong(M_KEYS)
     variants = [(M_ONE_HEAD, lambda: absorbed_reference(q, c, w, one_head=True)),
                 (M_SCALED, lambda: ref / math.sqrt(Dn)), (M_SCALED, lambda: ref / math.sqrt(C))]
     if Dn == C:
@@ -139,12 +152,12 @@ def absorb_square(case):
 
 @part(ABSORB, "latent_wider")
 def absorb_wider(case):
-    yield from absorb_case(case, 2, case.size(3, 2, 4), 2, 6, 4, case.size(12, 9, 16))
+    yield from absorb_case(case, 2, case.size(3, 2, 4), 2, 6, 4, case.size(12, 9, 16), huge=True)
 
 
 @part(ABSORB, "one_token")
 def absorb_one_token(case):
-    yield from absorb_case(case, 1, 4, 1, case.size(9, 5, 12), 5, 10)
+    yield from absorb_case(case, 1, 4, 1, case.size(9, 5, 12), 5, 10, huge=True)
 
 
 # ------------------------------------------------------------------------------------------------
