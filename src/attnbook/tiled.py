@@ -104,7 +104,9 @@ class TiledAttention(torch.autograd.Function):
     """tiled_attention's forward and backward passes for autograd.
 
     The forward pass saves Q, K, V, the masks, the output O and
-    the log-sum-exp of each query's scores: nothing of size L x S.
+    the log-sum-exp of each query's scores. It creates nothing of
+    size L x S: an (L, S) mask from the caller is kept by
+    reference, not copied.
     The backward pass recomputes the weights tile by tile from them.
 
     Shapes:

@@ -166,11 +166,15 @@ def good_merge_state(a, b):
     return m, c1 * l1 + c2 * l2, c1[..., None] * o1 + c2[..., None] * o2
 
 
-def tile_backward_with(delta="rows", weights="lse", scale_q=True, scale_k=True):
-    """Exercise 9.5 written here without attnbook, right or with a typical mistake: D from this
-    tile's weights, weights normalised otherwise, or the scale left out of a gradient."""
+def tile_backward_with(delta="rows", weights="lse", scale_q=True, scale_k=True, own_scale=False,
+                       keys_axes=(-2, -1)):
+    """Exercise 9.5 written here without attnbook, right or with a typical mistake: Δ from this
+    tile's weights, weights normalised otherwise, the scale left out of a gradient, the argument
+    `scale` replaced by 1/√D, or k transposed on axes that hold only for 3-D inputs."""
     def fn(q, k, v, out, lse, d_out, scale):
-        scores = scale * q @ k.transpose(-2, -1)  # (..., L, Sb)
+        if own_scale:
+            scale = q.shape[-1] ** -0.5  # ignores the argument
+        scores = scale * q @ k.transpose(*keys_axes)  # (..., L, Sb)
         p = {"lse": lambda: torch.exp(scores - lse), "raw": lambda: torch.exp(scores),
              "tile": lambda: torch.softmax(scores, -1)}[weights]()
         dp = d_out @ v.transpose(-2, -1)  # (..., L, Sb)
@@ -977,11 +981,14 @@ MISTAKES = [
      lambda a, b: (lambda m: (m, torch.exp(a[0] - m) * a[1] + torch.exp(b[0] - m) * b[1],
                              torch.exp(a[0] - m)[..., None] * a[2] + torch.exp(b[0] - m)[..., None] * b[2]))(
          torch.maximum(a[0], b[0])), "empty_block", "NaN"),
-    ("tile_backward", tile_backward_with(delta="none"), "one_tile", "rowsum(dO_i · O_i)"),
-    ("tile_backward", tile_backward_with(delta="none"), "two_tiles", "forgot the D_i"),
+    ("tile_backward", tile_backward_with(delta="none"), "one_tile", "rowsum(dO_i ∘ O_i)"),
+    ("tile_backward", tile_backward_with(delta="none"), "two_tiles", "forgot the Δ term"),
     ("tile_backward", tile_backward_with(weights="raw"), "one_tile", "unnormalised"),
     ("tile_backward", tile_backward_with(weights="tile"), "two_tiles", "this tile's keys only"),
-    ("tile_backward", tile_backward_with(delta="tile"), "two_tiles", "D from this tile's weights"),
+    ("tile_backward", tile_backward_with(delta="tile"), "two_tiles", "Δ from this tile's weights"),
+    ("tile_backward", tile_backward_with(own_scale=True), "one_tile", "argument `scale`"),
+    ("tile_backward", tile_backward_with(own_scale=True), "two_tiles", "argument `scale`"),
+    ("tile_backward", tile_backward_with(keys_axes=(1, 2)), "two_tiles", "raised RuntimeError"),
     ("tile_backward", tile_backward_with(scale_q=False, scale_k=False), "one_tile", "left out the scale"),
     ("tile_backward", tile_backward_with(scale_k=False), "two_tiles", "not in that of k"),
     ("tile_backward", tile_backward_with(scale_q=False), "one_tile", "not in that of q"),

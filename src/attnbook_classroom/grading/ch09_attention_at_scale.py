@@ -337,7 +337,7 @@ def tile_backward_ways(q, k, v, out, lse, d_out, scale):
     scores = scale * q @ k.transpose(-2, -1)  # (..., L, Sb)
     weights = torch.exp(scores - lse)  # (..., L, Sb): normalised over all the keys
     d_weights = d_out @ v.transpose(-2, -1)  # (..., L, Sb)
-    delta = (d_out * out).sum(-1, keepdim=True)  # (..., L, 1)
+    delta = (d_out * out).sum(-1, keepdim=True)  # (..., L, 1): Δ
 
     def grads(p, d_scores, dq_scale=scale, dk_scale=scale):
         return (dq_scale * d_scores @ k, dk_scale * d_scores.transpose(-2, -1) @ q,
@@ -351,10 +351,10 @@ def tile_backward_ways(q, k, v, out, lse, d_out, scale):
         "You normalised the weights over this tile's keys only (a softmax of the tile): the forward "
         "normalised over ALL the keys, and lse is the log of that whole row's denominator, so the "
         "weights are exp(scores − lse).")
-    return [
+    ways = [
         (None, grads(weights, weights * (d_weights - delta))),
-        ("You forgot the D_i = rowsum(dO_i · O_i) term: the softmax couples the scores of a row, so "
-         "the gradient of the scores is P ∘ (dP − D), not P ∘ dP.", grads(weights, weights * d_weights)),
+        ("You forgot the Δ term, Δ_i = rowsum(dO_i ∘ O_i): the softmax couples the scores of a row, so "
+         "the gradient of the scores is ds = P ∘ (dP − Δ), not P ∘ dP.", grads(weights, weights * d_weights)),
         ("You used unnormalised weights exp(scores): the forward's weights are exp(scores − lse), "
          "divided by the whole row's normaliser.",
          grads(unnormalised, unnormalised * (d_weights - delta))),
@@ -364,17 +364,23 @@ def tile_backward_ways(q, k, v, out, lse, d_out, scale):
         (tile_softmax_message, grads(tile_softmax, tile_softmax * (d_weights - delta))),
         (tile_softmax_message,
          grads(tile_softmax, tile_softmax * (d_weights - (tile_softmax * d_weights).sum(-1, keepdim=True)))),
-        ("You computed D from this tile's weights only: D_i = Σ_j P_ij dP_ij runs over ALL the keys, "
-         "which is why it is computed as rowsum(dO_i · O_i) from the full output.",
+        ("You computed Δ from this tile's weights only: Δ_i = Σ_j P_ij dP_ij runs over ALL the keys, "
+         "which is why it is computed as rowsum(dO_i ∘ O_i) from the full output.",
          grads(weights, weights * (d_weights - tile_delta))),
         ("You left out the scale in the gradients of q and k: the scores are scale · q kᵀ, so "
-         "dQ = scale · dS K and dK = scale · dSᵀ Q.",
+         "dQ = scale · ds K and dK = scale · dsᵀ Q.",
          grads(weights, weights * (d_weights - delta), 1.0, 1.0)),
-        ("The scale is in the gradient of q but not in that of k: dK = scale · dSᵀ Q too.",
+        ("The scale is in the gradient of q but not in that of k: dK = scale · dsᵀ Q too.",
          grads(weights, weights * (d_weights - delta), scale, 1.0)),
-        ("The scale is in the gradient of k but not in that of q: dQ = scale · dS K too.",
+        ("The scale is in the gradient of k but not in that of q: dQ = scale · ds K too.",
          grads(weights, weights * (d_weights - delta), 1.0, scale)),
     ]
+    default = q.shape[-1] ** -0.5  # 1/√D, the usual scale, but not the argument here
+    if abs(default - scale) > 1e-6:
+        ways.append((f"You used 1/√D = {default:.4g} for the scale; use the argument `scale` (here "
+                     f"{scale:.4g}): the forward's scores, and so lse, were scale · q kᵀ.",
+                     tile_backward_ways(q, k, v, out, lse, d_out, default)[0][1]))
+    return ways
 
 
 def compare_tile_grads(out, ways, what):
@@ -392,48 +398,53 @@ def compare_tile_grads(out, ways, what):
         compare(got, want, f"{name} ({what})")
 
 
-def tile_inputs(case, L, S, D=4, Dv=3):
-    """q, k, v, and what the forward pass saved (out, lse), and a d_out, in float64."""
+def tile_inputs(case, lead, L, S, D=4, Dv=3):
+    """q, k, v with leading dimensions ``lead``, what the forward pass saved (out, lse), a d_out, and
+    a scale that is not 1/√D (so that an answer ignoring ``scale`` fails), in float64."""
     f64 = torch.float64
-    q, k, v = case.randn(2, L, D, dtype=f64), case.randn(2, S, D, dtype=f64), case.randn(2, S, Dv, dtype=f64)
-    d_out = case.randn(2, L, Dv, dtype=f64)
-    scale = 1 / D ** 0.5
-    out = attention(q, k, v)[0]  # (2, L, Dv)
-    lse = torch.logsumexp(scale * q @ k.transpose(-2, -1), -1, keepdim=True)  # (2, L, 1)
+    q, k, v = (case.randn(*lead, L, D, dtype=f64), case.randn(*lead, S, D, dtype=f64),
+               case.randn(*lead, S, Dv, dtype=f64))
+    d_out = case.randn(*lead, L, Dv, dtype=f64)
+    scale = 0.3 if case.seed == 0 else 0.2 + 0.6 * case.randint(0, 100) / 100  # 1/√4 = 0.5 excluded below
+    if abs(scale - D ** -0.5) < 0.05:
+        scale += 0.1
+    out = attention(q, k, v, scale=scale)[0]  # (..., L, Dv)
+    lse = torch.logsumexp(scale * q @ k.transpose(-2, -1), -1, keepdim=True)  # (..., L, 1)
     return q, k, v, out, lse, d_out, scale
 
 
-def autograd_grads(q, k, v, d_out):
+def autograd_grads(q, k, v, d_out, scale):
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    return torch.autograd.grad(attention(*leaves)[0], leaves, d_out)  # (d_q, d_k, d_v)
+    return torch.autograd.grad(attention(*leaves, scale=scale)[0], leaves, d_out)  # (d_q, d_k, d_v)
 
 
 @part(TILE_BACKWARD, "one_tile")
 def tile_backward_one_tile(case):
-    q, k, v, out, lse, d_out, scale = tile_inputs(case, case.size(5, 3, 8), case.size(7, 4, 9))
+    q, k, v, out, lse, d_out, scale = tile_inputs(case, (2,), case.size(5, 3, 8), case.size(7, 4, 9))
     got = yield call(q, k, v, out, lse, d_out, scale)
     ways = tile_backward_ways(q, k, v, out, lse, d_out, scale)
-    ways[0] = (None, autograd_grads(q, k, v, d_out))  # a tile of every key: autograd's gradients
+    ways[0] = (None, autograd_grads(q, k, v, d_out, scale))  # a tile of every key: autograd's gradients
     compare_tile_grads(got, ways, "a tile that holds every key")
 
 
 @part(TILE_BACKWARD, "two_tiles")
 def tile_backward_two_tiles(case):
     split, S = case.size(4, 2, 6), case.size(10, 8, 14)
-    q, k, v, out, lse, d_out, scale = tile_inputs(case, case.size(6, 3, 8), S)
+    q, k, v, out, lse, d_out, scale = tile_inputs(case, (2, 3), case.size(6, 3, 8), S)  # (B, H, L, D)
     blocks = (slice(0, split), slice(split, S))
-    first, second = yield [call(q, k[:, b], v[:, b], out, lse, d_out, scale) for b in blocks]
+    first, second = yield [call(q, k[..., b, :], v[..., b, :], out, lse, d_out, scale)
+                            for b in blocks]
     for got in (first, second):
         if not (isinstance(got, (tuple, list)) and len(got) == 3 and all(isinstance(t, Tensor) for t in got)):
             raise Wrong(f"Your function returned {type(got).__name__}; expected a tuple of three "
                         "tensors (q_grad, k_grad, v_grad).")
     try:  # the two tiles' shares, put together
-        got = (first[0] + second[0], torch.cat([first[1], second[1]], 1), torch.cat([first[2], second[2]], 1))
+        got = (first[0] + second[0], torch.cat([first[1], second[1]], -2), torch.cat([first[2], second[2]], -2))
     except Exception as exc:
         raise Wrong(f"Your two tiles' gradients do not fit together (q_grad summed, k_grad and v_grad "
                     f"concatenated over the keys): {type(exc).__name__}: {exc}") from None
-    per_block = [tile_backward_ways(q, k[:, b], v[:, b], out, lse, d_out, scale) for b in blocks]
-    ways = [(message, (a[0] + b[0], torch.cat([a[1], b[1]], 1), torch.cat([a[2], b[2]], 1)))
+    per_block = [tile_backward_ways(q, k[..., b, :], v[..., b, :], out, lse, d_out, scale) for b in blocks]
+    ways = [(message, (a[0] + b[0], torch.cat([a[1], b[1]], -2), torch.cat([a[2], b[2]], -2)))
             for (message, a), (_, b) in zip(*per_block)]
-    ways[0] = (None, autograd_grads(q, k, v, d_out))
+    ways[0] = (None, autograd_grads(q, k, v, d_out, scale))
     compare_tile_grads(got, ways, "two tiles of keys, put together")
