@@ -1102,6 +1102,7 @@ MISTAKES = [
     ("llama3_frequencies", llama3_with(blend="reversed"), "small", "wrong way"),
     ("llama3_frequencies", llama3_with(wavelength=lambda speed: speed), "llama", "wavelength of a pair is 2π"),
     ("llama3_frequencies", llama3_with(wavelength=lambda speed: 1 / speed), "llama", "2π / speed"),
+    ("llama3_frequencies", lambda *a: llama3_with()(*a).float(), "llama", "dtype=torch.float64"),
     ("sink_attention", sink_with(renormalise=True), "heads", "sum to 1"),
     ("sink_attention", sink_with(per_head=False), "heads", "same sink logit"),
     ("sink_attention", sink_with(scale_sink=True), "blocked", "1/√D"),

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from attnbook.functional import attention
 from attnbook.positions import interleaved_to_half, rope_frequencies
-from attnbook_classroom.grading.compare import compare
+from attnbook_classroom.grading.compare import Wrong, compare
 from attnbook_classroom.grading.harness import call, exercise, part
 
 # ------------------------------------------------------------------------------------------------
@@ -115,6 +115,12 @@ def llama3_part(head_dim, base, factor, low, high, old):
     variants = [(message, (lambda how=how: llama3_table(head_dim, base, factor, low, high, old, how=how)))
                 for message, how in ((M_LINEAR, "linear"), (M_STEP, "step"), (M_STEP, "keep"),
                                      (M_REVERSED, "reversed"), (M_FREQUENCY, "frequency"), (M_NO_PI, "no_pi"))]
+    if (isinstance(out, Tensor) and out.is_floating_point() and out.dtype != ref.dtype
+            and tuple(out.shape) == tuple(ref.shape)):
+        raise Wrong(f"Your table of speeds has dtype {out.dtype}; expected {ref.dtype}. The inputs "
+                    "are plain Python numbers, so the dtype is yours to choose: build the speeds "
+                    "with `dtype=torch.float64` (for example `torch.arange(0, head_dim, 2, "
+                    "dtype=torch.float64)`).")
     compare(out, ref, "table of speeds", variants)
 
 
@@ -126,7 +132,8 @@ def llama3_llama(case):
 
 @part(LLAMA3, "small")
 def llama3_small(case):
-    """A small head on a short training length, as in the chapter: a pair in each of the three parts."""
+    """A small head on a short training length, as in the chapter (below a training length of 26
+    no pair is kept: pair 0's wavelength, 6.28, is longer than original_len / 4)."""
     yield from llama3_part(2 * case.size(8, 6, 10), 10000.0, float(case.size(4, 2, 6)), 1.0, 4.0,
                            case.size(32, 24, 40))
 
