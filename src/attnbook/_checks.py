@@ -139,11 +139,13 @@ def lengths(where, value, max_len):
 
 
 # ----------------------------------------------------------------------------- the inputs of each function
-def attention_call(where, q, k, v, attn_mask, padding, is_causal, scale, dropout_p):
+def attention_call(where, q, k, v, attn_mask, padding, is_causal, scale, dropout_p, sinks=None):
     """An attention function's query (..., L, D), key (..., S, D) and value (..., S, Dv), ``mask``,
-    ``key_mask``, ``is_causal``, ``scale`` and ``dropout_p``. The usual call (three floating tensors
-    of one dtype and one leading shape, no masks, the default scale) passes on a few comparisons."""
-    if (attn_mask is None and padding is None and scale is None and type(is_causal) is bool
+    ``key_mask``, ``is_causal``, ``scale``, ``dropout_p`` and ``sinks`` (None, or one floating logit
+    per head (H,), H the dim before (L, S) of the scores). The usual call (three floating tensors of
+    one dtype and one leading shape, no masks, no sinks, the default scale) passes on a few
+    comparisons."""
+    if (attn_mask is None and padding is None and scale is None and sinks is None and type(is_causal) is bool
             and type(dropout_p) in (int, float) and 0 <= dropout_p < 1
             and isinstance(q, Tensor) and isinstance(k, Tensor) and isinstance(v, Tensor)
             and q.dtype.is_floating_point and q.dtype == k.dtype == v.dtype and min(q.dim(), k.dim(), v.dim()) >= 2
@@ -159,6 +161,10 @@ def attention_call(where, q, k, v, attn_mask, padding, is_causal, scale, dropout
     flag(where, "is_causal", is_causal)
     number(where, "scale", 1.0 if scale is None else scale, "a finite real number or None", math.isfinite)
     probability(where, "dropout_p", dropout_p)
+    heads = lead[-1:]  # (H,) or ()
+    that(sinks is None or isinstance(sinks, Tensor) and sinks.is_floating_point() and sinks.shape == heads != (),
+         where, lambda: f"`sinks` must be a floating tensor (H,), H the dim before (L, S) of the scores "
+         f"({heads[0] if heads else 'none here'}); got {described(sinks)}")
 
 
 def split_heads_call(where, x, num_heads):
@@ -338,10 +344,14 @@ def generate_call(where, model, prompt, num_new_tokens, use_cache, return_logits
     flags(where, use_cache=use_cache, return_logits=return_logits)
 
 
-def rotary_inputs(where, x, positions, base, layout="half"):
-    """x (..., L, D) floating with D even, positions (L,) integers, base > 1, a known layout."""
+def rotary_inputs(where, x, positions, base, layout="half", inv_freq=None):
+    """x (..., L, D) floating with D even, positions (L,) integers, base > 1, a known layout, and
+    ``inv_freq`` None or a tensor (D/2,)."""
     tensor(where, "x", x, floating=True, min_ndim=2)
     that(x.shape[-1] % 2 == 0, where, lambda: f"`x` must have an even width D (pairs); got {tuple(x.shape)}")
     tensor(where, "positions", positions, "L", dtype=(torch.int64, torch.int32), sizes=[(0, x.shape[-2], "L")])
     number(where, "base", base, "a number > 1", lambda b: b > 1)
     that(layout in ("half", "interleaved"), where, lambda: f"`layout` must be 'half' or 'interleaved'; got {layout!r}")
+    half = x.shape[-1] // 2
+    that(inv_freq is None or isinstance(inv_freq, Tensor) and inv_freq.shape == (half,), where,
+         lambda: f"`inv_freq` must be a tensor (D/2,) = ({half},); got {described(inv_freq)}")

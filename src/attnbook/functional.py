@@ -128,12 +128,7 @@ def attention(
         -> output (..., L, Dv), weights (..., L, S)
     """
     check.attention_call("attention", q, k, v, mask, key_mask,
-                         is_causal, scale, dropout_p)
-    if sinks is not None:
-        heads = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])[-1:]  # (H,) or ()
-        check.that(isinstance(sinks, Tensor) and sinks.is_floating_point() and sinks.shape == heads != (),
-                   "attention", lambda: f"`sinks` must be a floating tensor (H,), H the dim before (L, S) of "
-                   f"the scores ({heads[0] if heads else 'none here'}); got {check.described(sinks)}")
+                         is_causal, scale, dropout_p, sinks)
     return _attention(q, k, v, mask, key_mask=key_mask,
                       is_causal=is_causal, scale=scale,
                       dropout_p=dropout_p, sinks=sinks)
@@ -169,9 +164,11 @@ def _attention(
     )
     if sinks is None:
         weights = _masked_softmax(scores, allowed)  # (..., L, S)
-    else:  # one more logit per row, s_h, that takes weight and holds no value
-        sink = upcast(sinks).to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)  # (..., H, L, 1)
-        weights = _masked_softmax(torch.cat([apply_mask(scores, allowed), sink], -1))[..., :-1]  # (..., L, S)
+    else:  # one more logit per row: s_h, no value
+        sink = upcast(sinks).to(scores.dtype)[:, None, None]
+        sink = sink.expand(*scores.shape[:-1], 1)  # (..., H, L, 1)
+        padded = torch.cat([apply_mask(scores, allowed), sink], -1)
+        weights = _masked_softmax(padded)[..., :-1]  # (..., L, S)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     output = weights @ v  # (..., L, Dv)

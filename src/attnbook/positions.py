@@ -149,14 +149,14 @@ def apply_rotary(x: Tensor, positions: Tensor,
         x (..., L, D), positions (L,), inv_freq (D/2,)
         -> (..., L, D)
     """
-    check.rotary_inputs("apply_rotary", x, positions, base, layout)
+    check.rotary_inputs("apply_rotary", x, positions, base, layout,
+                        inv_freq)
     D = x.shape[-1]
     mps = x.device.type == "mps"  # MPS has no float64
     exact = torch.float32 if mps else torch.float64
-    check.that(inv_freq is None or isinstance(inv_freq, Tensor) and inv_freq.shape == (D // 2,), "apply_rotary",
-               lambda: f"`inv_freq` must be a tensor (D/2,) = ({D // 2},); got {check.described(inv_freq)}")
     if inv_freq is None:
-        pairs = torch.arange(0, D, 2, dtype=exact, device=x.device)  # 2n
+        # 2n for every pair n
+        pairs = torch.arange(0, D, 2, dtype=exact, device=x.device)
         rates = 1.0 / base ** (pairs / D)  # (D/2,)
     else:
         rates = inv_freq.to(x.device, exact)  # (D/2,)
