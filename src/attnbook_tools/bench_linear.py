@@ -7,7 +7,10 @@ Three measurements, each a list of rows:
 * ``length``: as L grows, the chunked gated delta rule against softmax attention (SDPA, causal) and
   the library's readable attention form of linear attention (an L × L matrix);
 * ``decode``: the time of one decoded token at a growing context: the delta rule's step (its state
-  has a fixed size) against attention over a key/value cache of that many tokens.
+  has a fixed size) against attention over a key/value cache of that many tokens;
+* ``hybrid_decode``: the same for the three four-layer stacks of the recall study (all attention,
+  one attention layer in four, all gated delta rule), at the study's width: the mixers' work for one
+  token through the four layers, with the bytes each stack keeps.
 
 ``python -m attnbook_tools.bench_linear [--smoke]`` prints them; ``bench_linear(smoke)`` returns them.
 
@@ -29,7 +32,7 @@ import torch.nn.functional as F
 from attnbook.linear import gated_delta_rule, linear_attention_parallel
 from attnbook_tools.measure import interleaved_medians
 
-__all__ = ["QWEN3_NEXT", "bench_linear", "delta_inputs", "decode_times", "main"]
+__all__ = ["QWEN3_NEXT", "STACKS", "bench_linear", "delta_inputs", "decode_times", "hybrid_decode_times", "main"]
 
 # The sizes of one Qwen3-Next layer of each kind: the defaults of transformers' ``Qwen3NextConfig``
 # (``linear_num_value_heads``, ``linear_key_head_dim``, ``linear_value_head_dim``; ``num_key_value_heads``,
@@ -38,10 +41,15 @@ __all__ = ["QWEN3_NEXT", "bench_linear", "delta_inputs", "decode_times", "main"]
 # head and token.
 QWEN3_NEXT = dict(value_heads=32, key_dim=128, value_dim=128, kv_heads=2, head_dim=256)
 
+# The recall study's four-layer stacks (attnbook_tools.recall_study.GRID["hybrids"]), by name.
+STACKS = {"all_attention": ["softmax"] * 4, "one_in_four": ["gated_delta"] * 3 + ["softmax"],
+          "all_gated_delta": ["gated_delta"] * 4}
+
 FULL = dict(chunk_length=2048, chunk_sizes=[16, 32, 64, 128, 256], recurrent=True,
-            lengths=[512, 1024, 2048, 4096, 8192], contexts=[256, 1024, 4096, 16384], repeats=5, decode_repeats=51)
+            lengths=[512, 1024, 2048, 4096, 8192], contexts=[256, 1024, 4096, 16384], repeats=5, decode_repeats=51,
+            hybrid_contexts=[256, 4096, 16384])
 SMOKE = dict(chunk_length=128, chunk_sizes=[16, 64], recurrent=True, lengths=[64, 128], contexts=[16, 64],
-             repeats=2, decode_repeats=3)
+             repeats=2, decode_repeats=3, hybrid_contexts=[16, 64])
 
 
 def delta_inputs(L: int, D: int = 64, *, seed: int = 0, dtype=torch.float32):
@@ -72,6 +80,50 @@ def decode_times(contexts: Sequence[int], *, D: int = 64, repeats: int = 51) -> 
     return rows
 
 
+def hybrid_decode_times(contexts: Sequence[int], *, D: int = 16, repeats: int = 51) -> list[dict]:
+    """Seconds for one decoded token through each four-layer stack of ``STACKS`` after ``context``
+    tokens, on one thread: each attention layer attends from one query to its cache of ``context``
+    keys and values (SDPA), each gated-delta-rule layer takes one step on its (D, D) state. Only the
+    mixers are timed (the projections, norms and read-out are the same in every stack). Medians of
+    interleaved runs on this thread's CPU clock, with PyTorch held to one thread meanwhile. Each row
+    also counts, in float32 bytes, what each stack keeps (``kept_bytes``: caches and states) and what
+    it adds per token (``bytes_per_token``).
+
+    Shapes:
+        q, k, v (1, 1, 1, D); caches (1, 1, context, D); states (1, 1, D, D); no tensors returned
+    """
+    rows = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for context in contexts:
+            q, k, v, g, beta = delta_inputs(1, D)
+            fns, kept, per_token = {}, {}, {}
+            for name, kinds in STACKS.items():
+                gen = torch.Generator().manual_seed(len(fns))
+                layers = [(torch.randn(1, 1, context, D, generator=gen), torch.randn(1, 1, context, D, generator=gen))
+                          if kind == "softmax" else torch.randn(1, 1, D, D, generator=gen) for kind in kinds]
+
+                def step(layers=layers):  # one token through the four mixers
+                    for layer in layers:
+                        if isinstance(layer, tuple):
+                            F.scaled_dot_product_attention(q, *layer)
+                        else:
+                            gated_delta_rule(q, k, v, g, beta, state=layer)
+
+                fns[name] = step
+                n_attention = kinds.count("softmax")
+                kept[name] = 4 * (n_attention * 2 * context * D + (len(kinds) - n_attention) * D * D)
+                per_token[name] = 4 * n_attention * 2 * D
+            with torch.inference_mode():
+                seconds = interleaved_medians(fns, repeats=repeats, warmup=3, clock=time.thread_time)
+            rows.append({"context": context, "D": D, "seconds": seconds, "kept_bytes": kept,
+                         "bytes_per_token": per_token})
+    finally:
+        torch.set_num_threads(threads)
+    return rows
+
+
 def bench_linear(smoke: bool = False) -> dict:
     """The three lists of rows (see the module's docstring), with the sizes used."""
     sizes = SMOKE if smoke else FULL
@@ -98,6 +150,7 @@ def bench_linear(smoke: bool = False) -> dict:
         rows.append({"L": L, "D": 64, "seconds": medians})
     out["length"] = rows
     out["decode"] = decode_times(sizes["contexts"], repeats=sizes["decode_repeats"])
+    out["hybrid_decode"] = hybrid_decode_times(sizes["hybrid_contexts"], repeats=sizes["decode_repeats"])
     return out
 
 
@@ -110,6 +163,10 @@ def format_rows(results: dict) -> str:
     for r in results["decode"]:
         lines.append(f"decode after {r['context']} tokens: "
                      + ", ".join(f"{n} {1e6 * s:.0f} us" for n, s in r["seconds"].items()))
+    for r in results["hybrid_decode"]:
+        lines.append(f"four layers, D={r['D']}, one token after {r['context']} tokens: "
+                     + ", ".join(f"{n} {1e6 * s:.0f} us ({r['kept_bytes'][n]:,} bytes kept)"
+                                 for n, s in r["seconds"].items()))
     return "\n".join(lines)
 
 

@@ -23,8 +23,15 @@ fixed-state runs were still learning.
 A hybrid is a list of mixers, one per layer (``"gated_delta,gated_delta,gated_delta,softmax"``:
 one full-attention layer in four, as in Qwen3-Next).
 
+The same three four-layer stacks also train on chapter 8's repeat task (N random tokens, then the
+same N again; :mod:`attnbook.tasks.repeat`), through the book's loop
+(:func:`attnbook.train.train_repeat`): ``RepeatModel`` embeds each token and adds a learned vector for
+its position (every stack gets the same input), then the residual mixers, a norm and a read-out to
+next-token logits; accuracy is :func:`attnbook.tasks.repeat.evaluate_repeat`'s on the second half.
+
 ``python -m attnbook_tools.recall_study`` trains the grid and writes ``recall_study.json`` into
-``data/``, with its digest in the manifest. Each run takes seconds to a minute on a laptop's CPU.
+``data/``, with its digest in the manifest; ``--task repeat`` trains the repeat runs (N = 12 and 48) and writes
+``hybrid_repeat.json``. Each run takes seconds to a minute on a laptop's CPU.
 
 Shapes:
     tokens: keys (B, 2N), values (B, 2N) (−1 at the queries); logits (B, N, 64)
@@ -43,19 +50,27 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbook.linear import gated_delta_rule, linear_attention_parallel
+from attnbook.tasks.repeat import evaluate_repeat
+from attnbook.train import train_repeat
 from attnbook_tools.datafiles import DATA_DIR, load_json_file, write_results
 
-__all__ = ["MIXERS", "RecallModel", "mqar_batch", "train_run", "evaluate", "run", "load_results", "main"]
+__all__ = ["MIXERS", "RecallModel", "RepeatModel", "mqar_batch", "train_run", "evaluate", "run",
+           "repeat_run", "run_repeat", "load_results", "load_repeat_results", "main"]
 
 MIXERS = ("softmax", "linear", "delta", "gated_delta")
 KEYS = VALUES = 64
 RESULTS_FILE = "recall_study.json"
+REPEAT_FILE = "hybrid_repeat.json"
 TRAINING = dict(width=16, steps=1500, batch_size=64, lr=3e-3, eval_sequences=1000, eval_seed=12345)
 GRID = dict(pairs=[8, 32], seeds=[0, 1],
             hybrid_pairs=32, hybrids=["gated_delta,gated_delta,gated_delta,softmax",
                                       "gated_delta,gated_delta,gated_delta,gated_delta",
                                       "softmax,softmax,softmax,softmax"],
             longer=dict(kind="linear", pairs=8, seed=0, steps=6000))  # a control: four times the steps
+# Chapter 8's repeat task (its N = 12 and vocabulary, its batch of 32), and N = 48, three times the
+# width of a state: the three four-layer stacks above, at the study's width.
+REPEAT = dict(half_lens=[12, 48], vocab_size=16, width=TRAINING["width"], steps=1000, batch_size=32, lr=3e-3,
+              seeds=[0, 1], eval_sequences=1000, eval_seed=1, hybrids=GRID["hybrids"])
 
 
 def mqar_batch(B: int, N: int, *, generator: torch.Generator):
@@ -110,6 +125,59 @@ class RecallModel(nn.Module):
         for norm, mixer in zip(self.norms, self.mixers):
             x = x + mixer(norm(x))
         return self.head(x[:, keys.shape[1] // 2:])
+
+
+class RepeatModel(nn.Module):
+    """Token embeddings plus learned positions, one residual mixer per entry of ``kinds``, a norm and
+    a read-out to next-token logits; ``vocab_size`` and ``max_len`` as :func:`attnbook.train.train_repeat`
+    reads them.
+
+    Shapes:
+        tokens (B, L) -> logits (B, L, vocab_size)
+    """
+
+    def __init__(self, kinds: Sequence[str], D: int, vocab_size: int, max_len: int):
+        super().__init__()
+        self.vocab_size, self.max_len = vocab_size, max_len
+        self.tokens, self.positions = nn.Embedding(vocab_size, D), nn.Embedding(max_len, D)
+        self.norms = nn.ModuleList(nn.LayerNorm(D) for _ in kinds)
+        self.mixers = nn.ModuleList(Mixer(kind, D) for kind in kinds)
+        self.head = nn.Sequential(nn.LayerNorm(D), nn.Linear(D, vocab_size))
+
+    def forward(self, tokens):  # (B, L) -> (B, L, vocab_size)
+        x = self.tokens(tokens) + self.positions.weight[: tokens.shape[1]]  # (B, L, D)
+        for norm, mixer in zip(self.norms, self.mixers):
+            x = x + mixer(norm(x))
+        return self.head(x)
+
+
+def repeat_run(kinds: Sequence[str], N: int, seed: int, steps: int | None = None) -> dict:
+    """Train one stack on the repeat task with N tokens to repeat; its second-half test accuracy and
+    loss, final training loss and seconds."""
+    steps = steps or REPEAT["steps"]
+    torch.manual_seed(seed)
+    model = RepeatModel(kinds, REPEAT["width"], REPEAT["vocab_size"], 2 * N)
+    started = time.perf_counter()
+    losses = train_repeat(model, steps=steps, batch_size=REPEAT["batch_size"], half_len=N,
+                          lr=REPEAT["lr"], seed=1000 + seed)
+    seconds = round(time.perf_counter() - started, 1)
+    loss, accuracy = evaluate_repeat(model, num_sequences=REPEAT["eval_sequences"], half_len=N,
+                                     seed=REPEAT["eval_seed"])
+    tail = losses[-50:]
+    return {"accuracy": accuracy, "test_loss": loss, "final_loss": sum(tail) / len(tail), "seconds": seconds}
+
+
+def run_repeat(seeds: Sequence[int] = REPEAT["seeds"], steps: int | None = None, out: str | None = None) -> dict:
+    """Train each of the three stacks on the repeat task at every N and seed and write the results."""
+    results = {"setup": {**REPEAT, "seeds": list(seeds), "steps": steps or REPEAT["steps"]}, "runs": {}}
+    for N in REPEAT["half_lens"]:
+        for hybrid in REPEAT["hybrids"]:
+            for seed in seeds:
+                results["runs"][f"{hybrid}/N{N}/seed{seed}"] = r = repeat_run(hybrid.split(","), N, seed, steps)
+                print(f"repeat N={N} {hybrid} seed {seed}: accuracy {r['accuracy']:.3f} ({r['seconds']} s)",
+                      flush=True)
+    write_results(out or DATA_DIR / REPEAT_FILE, results)
+    return results
 
 
 def evaluate(model: RecallModel, N: int) -> float:
@@ -167,14 +235,26 @@ def load_results(data_dir=DATA_DIR) -> dict:
     return load_json_file(data_dir / RESULTS_FILE)
 
 
+def load_repeat_results(data_dir=DATA_DIR) -> dict:
+    """The shipped repeat-task results, verified against the manifest's digest."""
+    return load_json_file(data_dir / REPEAT_FILE)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m attnbook_tools.recall_study [--seeds 0 1 2] [--steps 1500] [--out FILE]``."""
+    """``python -m attnbook_tools.recall_study [--task recall|repeat] [--seeds 0 1 2] [--steps 1500]
+    [--out FILE]``."""
     parser = argparse.ArgumentParser(prog="python -m attnbook_tools.recall_study", description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=GRID["seeds"])
-    parser.add_argument("--steps", type=int, default=None, help=f"training steps (default {TRAINING['steps']})")
-    parser.add_argument("--out", default=None, help=f"results file (default data/{RESULTS_FILE})")
+    parser.add_argument("--task", choices=("recall", "repeat"), default="recall",
+                        help="the recall grid (default) or the hybrids on chapter 8's repeat task")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"training steps (default {TRAINING['steps']}; {REPEAT['steps']} for repeat)")
+    parser.add_argument("--out", default=None, help=f"results file (default data/{RESULTS_FILE} or {REPEAT_FILE})")
     args = parser.parse_args(argv)
-    run(args.seeds, args.steps, args.out)
+    if args.task == "repeat":
+        run_repeat(args.seeds or REPEAT["seeds"], args.steps, args.out)
+    else:
+        run(args.seeds or GRID["seeds"], args.steps, args.out)
     return 0
 
 

@@ -15,6 +15,37 @@ def test_bench_linear_smoke_has_every_row():
     assert [r["L"] for r in out["length"]] == [64, 128]
     assert all(set(r["seconds"]) == {"delta_step", "cached_attention"} for r in out["decode"])
     assert all(s > 0 for r in out["length"] for s in r["seconds"].values())
+    assert [r["context"] for r in out["hybrid_decode"]] == [16, 64]
+    for r in out["hybrid_decode"]:
+        D, C = r["D"], r["context"]
+        assert set(r["seconds"]) == {"all_attention", "one_in_four", "all_gated_delta"}
+        assert all(s > 0 for s in r["seconds"].values())
+        assert r["kept_bytes"] == {"all_attention": 4 * 4 * 2 * C * D, "one_in_four": 4 * (2 * C * D + 3 * D * D),
+                                   "all_gated_delta": 4 * 4 * D * D}
+        assert r["bytes_per_token"] == {"all_attention": 4 * 4 * 2 * D, "one_in_four": 4 * 2 * D,
+                                        "all_gated_delta": 0}
+
+
+def test_hybrid_decode_holds_torch_to_one_thread_and_restores_it():
+    import torch
+
+    from attnbook_tools.bench_linear import hybrid_decode_times
+
+    before = torch.get_num_threads()
+    seen = []
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return original(*args, **kwargs)
+
+    torch.nn.functional.scaled_dot_product_attention = spy
+    try:
+        hybrid_decode_times([8], repeats=1)
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = original
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == before
 
 
 def test_recall_is_exact_for_few_pairs_in_a_wide_state_and_falls_for_many():
@@ -41,6 +72,25 @@ def test_recall_study_batch_and_a_short_run():
     assert model(keys, values).shape == (3, 5, 64)
     result = train_run(["linear"], 4, seed=0, steps=3)
     assert 0 <= result["accuracy"] <= 1
+
+
+def test_repeat_model_is_causal_and_a_short_repeat_run():
+    import torch
+
+    from attnbook_tools.recall_study import RepeatModel, repeat_run
+
+    torch.manual_seed(0)
+    model = RepeatModel(["gated_delta", "softmax"], 8, vocab_size=16, max_len=24)
+    tokens = torch.randint(16, (2, 24))
+    changed = tokens.clone()
+    changed[:, 10:] = (changed[:, 10:] + 1) % 16
+    with torch.no_grad():
+        logits, after = model(tokens), model(changed)
+    assert logits.shape == (2, 24, 16)
+    torch.testing.assert_close(logits[:, :10], after[:, :10])  # no position sees a later token
+    assert not torch.allclose(logits[:, 10:], after[:, 10:])
+    result = repeat_run(["softmax"], 4, seed=0, steps=3)
+    assert 0 <= result["accuracy"] <= 1 and result["final_loss"] > 0
 
 
 def test_qwen3_next_sizes_are_transformers_config_defaults():
