@@ -122,7 +122,7 @@ def test_a_key_after_its_query_is_refused():
 
 def test_a_knocked_out_head_is_the_head_with_its_output_columns_zeroed():
     torch.manual_seed(0)
-    model = TinyTransformer(256, 16, 32, 4, 2).eval()
+    model = TinyTransformer(256, 16, embed_dim=32, num_heads=4, num_layers=2).eval()
     tokens = torch.randint(256, (2, 16))
     with torch.no_grad():
         before = model(tokens)
