@@ -95,7 +95,7 @@ def attention(
     ``weights = softmax(q kᵀ · scale + masks)`` over the keys,
     ``output = weights v``.
 
-    With ``sinks`` (gpt-oss's learned sink, one logit s_h per head),
+    With ``sinks`` (gpt-oss's learned sink, a logit s_h per head),
     each row's softmax runs over its keys and one more logit, s_h,
     that holds no value: ``weights_j = exp(score_j) / (Σ exp(score)
     + exp(s_h))``. The weights then sum to less than 1, and a query
