@@ -278,3 +278,25 @@ def test_the_feedback_page_shows_the_student_markdown_as_data(tmp_path, source):
         assert tag not in body, (tag, body[:3000])
     assert "session expired" in body or "onerror" in body
     assert "<math" in body and "\\frac" not in body  # the maths of the second cell is MathML
+
+
+def test_the_feedback_page_makes_nbconverts_accessibility_edits():
+    """FeedbackExporter does on the page's text what HTMLExporter does by parsing it: every image
+    gets alternative text and every cell's input and output is focusable, on the same elements."""
+    from bs4 import BeautifulSoup
+    from nbconvert.exporters import HTMLExporter
+
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+    figure = nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"})
+    text = nbformat.v4.new_output("stream", name="stdout", text="printed\n")
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# A heading\n\nSome text."),
+        nbformat.v4.new_code_cell("plot()", outputs=[figure, text]),
+        nbformat.v4.new_code_cell("x = 1"),
+    ])
+    ours = BeautifulSoup(FeedbackExporter().from_notebook_node(nb)[0], "html.parser")
+    theirs = BeautifulSoup(HTMLExporter().from_notebook_node(nb)[0], "html.parser")
+    assert ours.select("img") and not ours.select("img:not([alt])")
+    assert [img["alt"] for img in ours.select("img")] == [img["alt"] for img in theirs.select("img")]
+    focusable = [[" ".join(e["class"]) for e in page.select("[tabindex]")] for page in (ours, theirs)]
+    assert focusable[0] == focusable[1] and len(focusable[0]) == 5, focusable

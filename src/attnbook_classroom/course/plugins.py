@@ -27,8 +27,10 @@ import pathlib
 import re
 
 import jinja2
-from nbconvert.exporters import HTMLExporter
+from nbconvert.exporters import HTMLExporter, TemplateExporter
+from nbconvert.filters.highlight import Highlight2HTML
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor, OverwriteCells
 from traitlets import Bool, Float, Integer, Unicode
 
@@ -193,6 +195,8 @@ _TEMPLATES = _CompiledTemplates()
 FEEDBACK_POLICY = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
                    "style-src 'unsafe-inline'; img-src data:; font-src data:\">")
 _SCRIPT = re.compile(r"<script\b.*?</script\s*>", re.S | re.I)
+_IMAGE_WITHOUT_ALT = re.compile(r"<img\b(?![^>]*\balt=)", re.I)
+_FOCUSABLE = re.compile(r'<div class="[^"]*\b(?:jp-Cell-inputWrapper|jp-OutputArea-output)\b[^"]*"')
 
 
 class FeedbackExporter(HTMLExporter):
@@ -206,6 +210,22 @@ class FeedbackExporter(HTMLExporter):
         environment.bytecode_cache = _TEMPLATES
         return environment
 
+    def _page(self, nb, resources=None, **kw):
+        """``HTMLExporter.from_notebook_node`` with its last step done on the text: every image
+        without alternative text gets nbconvert's, every input and output of a cell is focusable.
+        (nbconvert parses and rewrites the whole page with BeautifulSoup for these two edits: a
+        third of the time of recording a graded notebook, measured.)"""
+        langinfo = nb.metadata.get("language_info", {})
+        lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
+        resources = self._init_resources(resources)
+        self.register_filter("highlight_code", self.filters.get("highlight_code", Highlight2HTML(
+            pygments_lexer=lexer, parent=self)))
+        self.register_filter("filter_data_type", WidgetsDataTypeFilter(
+            notebook_metadata=self._nb_metadata, parent=self, resources=resources))
+        html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+        html = _IMAGE_WITHOUT_ALT.sub(r'\g<0> alt="No description has been provided for this image"', html)
+        return _FOCUSABLE.sub(r'\g<0> tabindex="0"', html), resources
+
     @jinja2.pass_context
     def markdown2html(self, context, source):
         """A markdown cell as HTMLExporter renders it, its maths as MathML."""
@@ -217,6 +237,6 @@ class FeedbackExporter(HTMLExporter):
         return MarkdownWithMath(renderer=renderer).render(source)
 
     def from_notebook_node(self, nb, resources=None, **kw):
-        html, resources = super().from_notebook_node(nb, resources, **kw)
+        html, resources = self._page(nb, resources, **kw)
         html = re.sub(r"<head\b[^>]*>", lambda head: head.group(0) + "\n" + FEEDBACK_POLICY, html, count=1)
         return _SCRIPT.sub("", html).replace("</head>", FEEDBACK_STYLE + "</head>", 1), resources
