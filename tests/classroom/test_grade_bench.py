@@ -60,3 +60,31 @@ def test_the_unfinished_exercise_is_one_nothing_else_uses():
     # chapter 7's masked softmax is used by nothing else in its notebook; its five test cells follow it
     assert picks["ch07-masked-softmax-solution"]["points"] == 5
     assert len(HOSTILE) == 10 and isinstance(nb, nbformat.NotebookNode)
+
+
+def _put_many(folder: str, key: str, times: int) -> None:
+    from attnbook_classroom.course.folder import verdict_cache
+    from attnbook_classroom.grading.submission import Verdicts
+
+    cache, verdicts = verdict_cache(folder), Verdicts({"a-test": {"passed": True, "messages": []}})
+    for _ in range(times):
+        cache.put(key, verdicts)
+
+
+def test_two_workers_may_cache_the_same_verdicts_at_once(tmp_path):
+    """Two students who hand in the same notebook have the same submission key: the two workers
+    grading them may write its verdicts at the same moment, and both must succeed (the bench's
+    class of identical solutions met this)."""
+    import multiprocessing
+
+    from attnbook_classroom.course.folder import verdict_cache
+
+    context = multiprocessing.get_context("fork")
+    writers = [context.Process(target=_put_many, args=(str(tmp_path), "k" * 64, 300)) for _ in range(3)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+    assert [w.exitcode for w in writers] == [0, 0, 0]
+    assert verdict_cache(tmp_path).get("k" * 64) is not None
+    assert [p.name for p in (tmp_path / ".grading" / "verdicts").iterdir()] == ["k" * 64 + ".json"]

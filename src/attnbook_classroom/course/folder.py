@@ -273,7 +273,9 @@ class verdict_cache:
 
     def put(self, key: str, verdicts) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.folder / f"{key}.tmp"
+        # a file of this writer's own: two workers may put the same key at once (two students who
+        # hand in the same notebook), and each must replace the entry whole
+        tmp = self.folder / f"{key}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
         tmp.write_text(verdicts.to_json())
         tmp.replace(self.folder / f"{key}.json")
 
