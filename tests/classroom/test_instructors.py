@@ -89,6 +89,10 @@ def test_the_guide_states_the_recorded_grading_time():
     result = json.loads(verified(RECORD).read_text())
     minutes = f"graded in {result['honest']['grade_seconds'] / 60:.1f} minutes on {result['cores']} cores"
     assert minutes in _page_text(GUIDE), f"chapters/instructors.md must say {minutes!r}, as recorded"
+    load = f"load average {result['honest']['load_average']['mean']:.1f} on average"
+    assert load in _page_text(GUIDE), f"chapters/instructors.md must say {load!r}, as recorded"
+    hostile = f"took {result['hostile']['grade_seconds'] / 60:.1f} minutes"
+    assert hostile in _page_text(GUIDE), f"chapters/instructors.md must say the hostile class {hostile!r}, as recorded"
 
 
 # --- the outcomes map ----------------------------------------------------------------------------
