@@ -58,6 +58,7 @@ from attnbook_classroom.grading import ch12_induction_heads  # noqa: E402,F401
 from attnbook_classroom.grading import ch13_positions_at_length  # noqa: E402,F401
 from attnbook_classroom.grading import ch14_attention_in_2026  # noqa: E402,F401
 from attnbook_classroom.grading import ch15_linear_attention  # noqa: E402,F401
+from attnbook_classroom.grading import ch16_real_text  # noqa: E402,F401
 
 __all__ = ["Feedback", "check", "describe", "parts", "exercise_ids", "EXERCISES", "causal_mask_choices",
            "DEFAULT_TIMEOUT", "HIDDEN_SEED", "get_exercise"]
