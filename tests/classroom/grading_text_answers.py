@@ -3,6 +3,8 @@ tests/classroom/test_grading_text.py, written here without the graded functions.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 
@@ -48,6 +50,14 @@ def knock_bracket_answer(seed=5, head="open bracket", helped="closing", text="se
     """Exercise 16.2 measured here; ``head`` the role whose head is knocked out (or a (layer, head)),
     ``helped`` which predictions are averaged ("closing", "all", "others"), ``text`` "seeded" or
     "validation"."""
+    before, after = _knock_losses(seed, head, helped, text)
+    if swap:
+        before, after = after, before
+    return {"seed": seed, "closing_before": before, "closing_after": after}
+
+
+@functools.lru_cache(maxsize=16)
+def _knock_losses(seed, head, helped, text):
     from attnbook.tasks.text import text_batch, validation_windows
     from attnbook_tools.text_heads import helped_tokens, load_results, token_losses
     from attnbook_tools.text_study import load_text_model, text_parts
@@ -62,9 +72,7 @@ def knock_bracket_answer(seed=5, head="open bracket", helped="closing", text="se
     mask = {"closing": mask, "all": torch.ones_like(mask), "others": ~mask}[helped]
     before = token_losses(model, windows)[mask].mean().item()
     after = token_losses(model, windows, [knocked])[mask].mean().item()
-    if swap:
-        before, after = after, before
-    return {"seed": seed, "closing_before": before, "closing_after": after}
+    return before, after
 
 
 PREDICTED = {"bracket": 5, "line_start": 5, "closing": "b"}

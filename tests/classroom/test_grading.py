@@ -15,6 +15,7 @@ from torch import nn
 from attnbook_classroom import grading
 from attnbook_classroom.grading import Feedback, check
 import grading_linear_answers
+import grading_text_answers
 
 # ----------------------------------------------------------------------------------------------
 # Right answers, written the way a student would
@@ -676,6 +677,9 @@ GOOD = {
     "delta_rule_step": grading_linear_answers.good_delta_step,
     "chunked_linear_attention": grading_linear_answers.good_chunked,
     "recall_capacity": None,  # measured: _Lazy computes it
+    "bracket_score": grading_text_answers.good_bracket_score,
+    "knock_out_bracket": None,  # measured: _Lazy computes it
+    "bracket_predict": grading_text_answers.PREDICTED,
 }
 
 # Measured answers (experiments) are computed when a test asks for them.
@@ -684,7 +688,8 @@ GOOD = _Lazy(GOOD, block_spread=_spread_answer, weakest_month_format=_weakest_mo
              rearrangement_accuracy=_rearrangement_answer, self_weight=_self_weight_answer,
              mask_after_softmax=_after_softmax_answer, online_softmax_rescales=_rescales_answer,
              heads_interchangeable=_heads_answer, rotary_extrapolation=_extrapolation_answer,
-             knock_out_heads=_knock_answer, recall_capacity=grading_linear_answers.recall_answer)
+             knock_out_heads=_knock_answer, recall_capacity=grading_linear_answers.recall_answer,
+             knock_out_bracket=grading_text_answers.knock_bracket_answer)
 
 
 def test_every_exercise_has_a_right_answer_here():

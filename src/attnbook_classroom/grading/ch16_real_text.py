@@ -5,6 +5,7 @@ which bracket the model closes (a prediction)."""
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -195,18 +196,16 @@ def text_model():
     return load_text_model(0), {role: (entry["layer"], entry["head"]) for role, entry in found.items()}
 
 
-def closing_losses(windows):
-    """On ``windows``: the helped mask, and every prediction's loss whole and with each head knocked
-    out: {None or (layer, head): (W, L - 1)}."""
+@functools.lru_cache(maxsize=64)
+def closing_losses(seed: int, head: tuple[int, int] | None):
+    """On the windows drawn with ``seed``: the helped mask (the predictions of a closing bracket
+    inside brackets), and every prediction's loss with ``head`` knocked out (None: the model whole):
+    bool (W, L - 1), (W, L - 1)."""
     from attnbook_tools.text_heads import helped_tokens, token_losses
 
     model, _ = text_model()
-    helped = helped_tokens(windows)["open bracket"]
-    losses = {None: token_losses(model, windows)}
-    for layer in range(model.num_layers):
-        for head in range(model.num_heads):
-            losses[(layer, head)] = token_losses(model, windows, [(layer, head)])
-    return helped, losses
+    windows = seeded_windows(seed)
+    return helped_tokens(windows)["open bracket"], token_losses(model, windows, [] if head is None else [head])
 
 
 def seeded_windows(seed: int, which: int = 1):
@@ -214,11 +213,6 @@ def seeded_windows(seed: int, which: int = 1):
     from attnbook_tools.text_study import text_parts
 
     return text_batch(text_parts()[which], KNOCK_WINDOWS, KNOCK_LENGTH, generator=torch.Generator().manual_seed(seed))
-
-
-@functools.lru_cache(maxsize=8)
-def seeded_losses(seed: int):
-    return closing_losses(seeded_windows(seed))
 
 
 @functools.lru_cache(maxsize=8)
@@ -250,52 +244,60 @@ def validation_losses():
             token_losses(model, windows, [found["open bracket"]])[helped].mean().item())
 
 
+def knock_variants(key, seed, helped, before, after):
+    """The typical wrong answers of exercise 16.2, each with what it got wrong: (message, number)
+    pairs measured one at a time while the grader looks for the one an answer matches (the cheapest
+    first)."""
+    model, found = text_model()
+    target = found["open bracket"]
+    knocked = before if key == "closing_before" else after
+    state = ("with the model whole" if key == "closing_before" else
+             f"with the open-bracket head (layer {target[0]}, head {target[1]}) knocked out")
+    yield (f"That is the mean loss of EVERY prediction {state}; average only over the predictions of a "
+           "closing bracket inside brackets (helped_tokens(windows)['open bracket']).", knocked.mean().item())
+    yield (f"That is the mean loss of the OTHER predictions {state} (the mask inverted); average over the "
+           "predictions the mask marks.", knocked[~helped].mean().item())
+    if key == "closing_before":
+        yield ("That is the loss with the open-bracket head knocked out: 'closing_before' is the model whole. "
+               "Did you swap before and after?", after[helped].mean().item())
+    else:
+        yield ("That is the loss of the model whole, with no head knocked out: 'closing_after' knocks out "
+               f"the open-bracket head, token_losses(model, windows, [({target[0]}, {target[1]})]). Did you "
+               "swap before and after, or pass no heads?", before[helped].mean().item())
+        roles = {head: role for role, head in found.items()}
+        for head in ((layer, h) for layer in range(model.num_layers) for h in range(model.num_heads)):
+            if head == target:
+                continue
+            which = f"the {roles[head]} head" if head in roles else "a head that is not the open-bracket head"
+            yield (f"That is the loss with layer {head[0]}, head {head[1]} knocked out, {which}; knock out "
+                   "the open-bracket head, the one the results found for 'open bracket' (layer "
+                   f"{target[0]}, head {target[1]}).", closing_losses(seed, head)[1][helped].mean().item())
+    index = 0 if key == "closing_before" else 1
+    training = training_losses(seed)
+    if training is not None:
+        yield ("That is the loss on windows drawn from the TRAINING text (text_parts()[0]); draw them "
+               "from the held-out text, text_parts()[1].", training[index])
+    yield ("That is the loss on the whole held-out text (validation_windows); the exercise measures the "
+           "64 windows that text_batch draws with your seed.", validation_losses()[index])
+
+
 def knock_bracket_part(key: str):
     def run(case):
         got, seed = yield from seeded_answer(("closing_before", "closing_after"), "torch.Generator().manual_seed")
-        _, found = text_model()
-        helped, losses = seeded_losses(seed)
+        model, found = text_model()
+        helped, before = closing_losses(seed, None)
         if not bool(helped.any()):
             raise Wrong(f"The windows drawn with seed {seed} hold no prediction of a closing bracket inside "
                         "brackets, so there is nothing to measure: choose another seed.")
         target = found["open bracket"]
-        before, after = losses[None], losses[target]
+        after = closing_losses(seed, target)[1]
         ref = (before if key == "closing_before" else after)[helped].mean().item()
-        knocked = before if key == "closing_before" else after
-        state = ("with the model whole" if key == "closing_before" else
-                 f"with the open-bracket head (layer {target[0]}, head {target[1]}) knocked out")
-        wrong = [
-            (f"That is the mean loss of EVERY prediction {state}; average only over the predictions of a "
-             "closing bracket inside brackets (helped_tokens(windows)['open bracket']).", knocked.mean().item()),
-            (f"That is the mean loss of the OTHER predictions {state} (the mask inverted); average over the "
-             "predictions the mask marks.", knocked[~helped].mean().item()),
-        ]
-        if key == "closing_before":
-            wrong.append(("That is the loss with the open-bracket head knocked out: 'closing_before' is the "
-                          "model whole. Did you swap before and after?", after[helped].mean().item()))
-        else:
-            wrong.append(("That is the loss of the model whole, with no head knocked out: 'closing_after' "
-                          f"knocks out the open-bracket head, token_losses(model, windows, [({target[0]}, "
-                          f"{target[1]})]). Did you swap before and after, or pass no heads?",
-                          before[helped].mean().item()))
-            roles = {head: role for role, head in found.items()}
-            for head, loss in losses.items():
-                if head is None or head == target:
-                    continue
-                which = (f"the {roles[head]} head" if head in roles else "a head that is not the open-bracket head")
-                wrong.append((f"That is the loss with layer {head[0]}, head {head[1]} knocked out, {which}; "
-                              "knock out the open-bracket head, the one the results found for "
-                              f"'open bracket' (layer {target[0]}, head {target[1]}).", loss[helped].mean().item()))
-        whole = validation_losses()
-        wrong.append(("That is the loss on the whole held-out text (validation_windows); the exercise measures "
-                      "the 64 windows that text_batch draws with your seed.",
-                      whole[0 if key == "closing_before" else 1]))
-        training = training_losses(seed)
-        if training is not None:
-            wrong.append(("That is the loss on windows drawn from the TRAINING text (text_parts()[0]); draw "
-                          "them from the held-out text, text_parts()[1].",
-                          training[0 if key == "closing_before" else 1]))
-        check_number(got.get(key), ref, f"{key!r} (seed {seed})", wrong, rel_tol=1e-4, abs_tol=1e-4)
+        value = got.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isclose(
+                float(value), ref, rel_tol=1e-4, abs_tol=1e-4):
+            return  # right: the wrong variants below are measured only to name a mistake
+        check_number(value, ref, f"{key!r} (seed {seed})", knock_variants(key, seed, helped, before, after),
+                     rel_tol=1e-4, abs_tol=1e-4)
     run.__name__ = f"knock_out_bracket_{key}"
     return run
 
