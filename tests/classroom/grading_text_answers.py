@@ -8,19 +8,24 @@ import functools
 import torch
 
 
-def good_bracket_score(weights, windows, *, which=-1, closer=True, reduce=0, denominator=None):
+def good_bracket_score(weights, windows, *, which=-1, closer=True, reduce=0, denominator=None, by_kind=False,
+                       closer_on_itself=False):
     """Exercise 16.1; ``which`` 0 takes the outermost open bracket, ``closer`` False leaves the
-    closing bracket out of the queries, ``reduce`` another average, ``denominator`` another count."""
+    closing bracket out of the queries, ``reduce`` another average, ``denominator`` another count,
+    ``by_kind`` matches a closing bracket only with its own kind, ``closer_on_itself`` scores a closing
+    bracket on its own position."""
     rows, queries, keys = [], [], []
     for b, window in enumerate(windows.tolist()):
         stack = []
         for t, byte in enumerate(window):
             closes = byte in b")]}" and bool(stack)
+            if closes and by_kind:
+                closes = window[stack[-1]] == {ord(")"): ord("("), ord("]"): ord("["), ord("}"): ord("{")}[byte]
             if closes and not closer:
                 stack.pop()
                 continue
             if stack:
-                rows.append(b), queries.append(t), keys.append(stack[which])
+                rows.append(b), queries.append(t), keys.append(t if closes and closer_on_itself else stack[which])
             if byte in b"([{":
                 stack.append(t)
             elif closes:
