@@ -112,6 +112,10 @@ def width_violations(entry: str, nb) -> dict[str, str]:
 
 
 def control_violations(entry: str, nb) -> dict[str, str]:
+    # A live-only control is allowed where the cell says why ({"attnbook": {"allow": {"live-control":
+    # reason}}}) and the chapter also has a precomputed control (explore) that works on the website.
+    has_website_twin = any(o.get("metadata", {}).get("attnbook", {}).get("control")
+                           for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", []))
     found = {}
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
@@ -119,7 +123,8 @@ def control_violations(entry: str, nb) -> dict[str, str]:
         tree = parse_cell(cell)
         for node in ast.walk(tree):
             name = _call_name(node)
-            if name in LIVE_ONLY_CALLS or (name and WIDGET_CONTROLS.match(name)):
+            if (name in LIVE_ONLY_CALLS or (name and WIDGET_CONTROLS.match(name))) and not (
+                    allowed(cell, "live-control") and has_website_twin):
                 found[f"{name} in {first_line(cell)}"] = (
                     f"cell {index} makes a control with {name}(), which needs a kernel and is left out of the "
                     "website: use attnbook_tools.widgets.explore(draw, slider(...)/dropdown(...), alt=...)")
@@ -191,6 +196,11 @@ def test_control_violations_on_a_small_notebook():
     found = control_violations("x", nb)
     assert set(found) == {"interact in widgets.interact(show, scale=slider)",
                           "unexecuted explore(draw, slider('D', [1, 2]), alt='D = {D}')"}
+    live = v4.new_code_cell("interact_on_axes(draw, s=Text())",
+                            metadata={"attnbook": {"allow": {"live-control": "a box to type into"}}})
+    assert not {k for k in control_violations("x", _nb(live, nb.cells[2])) if k.startswith(("interact", "Text"))}
+    alone = control_violations("x", _nb(live))  # no website twin: still refused
+    assert {"interact_on_axes in interact_on_axes(draw, s=Text())", "Text in interact_on_axes(draw, s=Text())"} <= set(alone)
 
 
 @pytest.mark.parametrize("code,ok", [("a = 1", True), ("b = '" + "x" * 70 + "'", False)])

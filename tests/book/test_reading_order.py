@@ -40,6 +40,7 @@ MODULE_TAUGHT_IN = {
     "attnbook.linear": "chapters/15_linear_attention",
     "attnbook.interop": "chapters/08_multi_head_attention",  # the copies behind from_torch, from_llama
     "attnbook.latent": "chapters/14_attention_in_2026",
+    "attnbook.tasks.text": "chapters/16_real_text",
 }
 
 # Names of those modules that are taught after the rest of their module: the trainers of later

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from attnbook_tools.widgets.precomputed import precomputing
+
 __all__ = ["power_of_two_slider", "log_slider", "interact_on_axes"]
 
 
@@ -52,8 +54,9 @@ def log_slider(description: str, low: float, high: float, value: float, steps_pe
 
 def interact_on_axes(draw: Callable, figsize: tuple[float, float] = (6.0, 3.5), **controls):
     """Show ``controls`` (sliders, or anything ``ipywidgets.interactive`` accepts) above a figure
-    that ``draw(ax, **values)`` redraws whenever a control moves. Live only: the website hides it
-    (use :func:`explore` for a control that works there too).
+    that ``draw(ax, **values)`` redraws whenever a control moves. Live only: when the book executes
+    the notebook (:func:`~attnbook_tools.widgets.precomputed.precomputing`) nothing is displayed
+    (use :func:`explore` for a control that works on the website too).
 
     Returns the ``ipywidgets.interactive`` widget (already displayed when inside IPython). Each
     figure is closed once shown, so moving the slider does not pile up open figures.
@@ -77,7 +80,8 @@ def interact_on_axes(draw: Callable, figsize: tuple[float, float] = (6.0, 3.5), 
             plt.close(fig)
 
     widget = ipywidgets.interactive(redraw, **controls)
-    _display_in_notebook(widget)
+    if not precomputing():  # executed by the book: no one to move it, nothing to store
+        _display_in_notebook(widget)
     return widget
 
 
