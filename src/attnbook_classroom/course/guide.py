@@ -140,6 +140,14 @@ OUTCOMES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
          ("chunked_linear_attention",)),
         ("Predict, then measure, how many pairs a fixed-size state recalls", ("recall_capacity",)),
     ],
+    "16_real_text": [
+        ("Find a head's role in a model of real text by a score of your own over held-out text",
+         ("bracket_score",)),
+        ("Test a head's role by knocking it out and measuring the loss on the predictions it should help",
+         ("knock_out_bracket",)),
+        ("Predict where heads with a given role look in a sentence, and what the model predicts",
+         ("bracket_predict",)),
+    ],
 }
 
 _HEADING = re.compile(r"^###\s+Exercise\s+(?P<number>\d+[a-z]?\.\d+)(?:\s*\([^)]*\))?\s*:\s*(?P<title>.+?)\s*$")
