@@ -47,7 +47,8 @@ from attnbook_tools.text_study import load_text_model, text_parts
 
 __all__ = ["REPEAT_BYTES", "INDUCTION_FACTOR", "ROLES", "EARLY", "LATE", "RESULTS_FILE", "mean_weight_at", "uniform_weight_at",
            "previous_positions", "repeat_positions", "line_positions", "bracket_positions", "role_positions",
-           "head_scores", "knocked_out", "token_losses", "helped_tokens", "knockout_effects", "icl_score",
+           "head_scores", "knocked_out", "mean_ablated", "token_losses", "helped_tokens", "knockout_effects",
+           "icl_score", "nested_bracket_weights", "closer_choices",
            "measure", "load_results", "main"]
 
 REPEAT_BYTES = 4
@@ -214,6 +215,48 @@ def knocked_out(model: TinyTransformer, heads: Iterable[tuple[int, int]]) -> Ite
             hook.remove()
 
 
+@contextlib.contextmanager
+def mean_ablated(model: TinyTransformer, heads: Iterable[tuple[int, int]], windows: Tensor) -> Iterator[None]:
+    """While inside, each (layer, head) of ``heads`` outputs, at every position, its mean output
+    over ``windows`` (every position of every window) instead of what it computes: the control
+    chapter 12 puts beside a knock-out, which keeps the head's average contribution to the
+    residual stream and removes only what depends on the input.
+
+    Shapes:
+        windows (W, L); no tensors returned
+    """
+    heads = sorted(set(heads))
+    with knocked_out(model, heads):  # checks the heads; nothing runs inside
+        pass
+    means, hooks = {}, []
+    for layer in {layer for layer, _ in heads}:
+        out_proj = model.blocks[layer].attn.out_proj
+        seen: list[Tensor] = []
+        hook = out_proj.register_forward_pre_hook(lambda module, args, seen=seen: seen.append(args[0]))
+        try:
+            with torch.no_grad():
+                for start in range(0, len(windows), 64):
+                    model(windows[start : start + 64])
+        finally:
+            hook.remove()
+        means[layer] = torch.cat([x.reshape(-1, model.embed_dim) for x in seen]).mean(dim=0)  # (E,)
+    try:
+        for layer, mean in means.items():
+            D = model.blocks[layer].attn.head_dim
+            keep = torch.ones(model.embed_dim, dtype=torch.bool)
+            for _, h in (p for p in heads if p[0] == layer):
+                keep[h * D : (h + 1) * D] = False
+
+            def replace(module: nn.Module, args: tuple[Tensor], keep: Tensor = keep, mean: Tensor = mean) -> tuple[Tensor]:
+                return (torch.where(keep, args[0], mean),)  # (B, L, E): the heads' columns hold their mean
+
+            hooks.append(model.blocks[layer].attn.out_proj.register_forward_pre_hook(replace))
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
 @torch.no_grad()
 def token_losses(model: TinyTransformer, windows: Tensor, heads: Iterable[tuple[int, int]] = (),
                  batch_size: int = 64) -> Tensor:
@@ -273,6 +316,70 @@ def knockout_effects(base: Tensor, knocked: Tensor, helped: Tensor) -> dict[str,
     return {"helped_before": base[helped].mean().item(), "helped_after": knocked[helped].mean().item(),
             "others_before": base[~helped].mean().item(), "others_after": knocked[~helped].mean().item(),
             "helped_count": int(helped.sum())}
+
+
+def nested_bracket_weights(weights: Tensor, windows: Tensor) -> dict[str, float]:
+    """One head's weights read against the brackets: over the queries at least two brackets deep,
+    its mean weight on the innermost open bracket and on the outermost; over the queries outside
+    every bracket that follow a bracket, its mean weight on the most recent bracket byte (opening
+    or closing), where a head that looks for open brackets has nothing to look at.
+
+    Shapes:
+        weights (W, L, L) one head's, windows (W, L) -> {"inner", "outer", "deep_queries",
+        "outside", "outside_queries"}
+    """
+    check.tensor("nested_bracket_weights", "weights", weights, "W, L, L", floating=True)
+    inner, outer, outside = [], [], []
+    for b, window in enumerate(windows.tolist()):
+        stack: list[int] = []
+        last = None  # the most recent bracket byte
+        for t, byte in enumerate(window):
+            if len(stack) >= 2:
+                inner.append(weights[b, t, stack[-1]]), outer.append(weights[b, t, stack[0]])
+            elif not stack and last is not None:
+                outside.append(weights[b, t, last])
+            if byte in OPENERS:
+                stack.append(t)
+                last = t
+            elif byte in CLOSERS:
+                last = t
+                if stack:
+                    stack.pop()
+
+    def mean(values: list[Tensor]) -> float:
+        return torch.stack(values).double().mean().item() if values else float("nan")
+
+    return {"inner": mean(inner), "outer": mean(outer), "deep_queries": len(inner),
+            "outside": mean(outside), "outside_queries": len(outside)}
+
+
+@torch.no_grad()
+def closer_choices(model: TinyTransformer, windows: Tensor, heads: Iterable[tuple[int, int]] = ()) -> tuple[int, int]:
+    """Over the predictions whose next byte closes a bracket while one is open: how many give the
+    closer that matches the innermost open bracket (``)`` for ``(``...) more probability than the
+    other two closers, with ``heads`` knocked out; and how many such predictions there are. This
+    asks only *which* closer, not *whether* one comes next.
+
+    Shapes:
+        windows (W, L) -> (right, total)
+    """
+    closers = list(CLOSERS)
+    matching = dict(zip(OPENERS, CLOSERS))
+    with knocked_out(model, heads):
+        logits = torch.cat([model(windows[s : s + 64]) for s in range(0, len(windows), 64)])  # (W, L, V)
+    right = total = 0
+    for b, window in enumerate(windows.tolist()):
+        stack: list[int] = []
+        for t, byte in enumerate(window[:-1]):
+            if byte in OPENERS:
+                stack.append(byte)
+            elif byte in CLOSERS and stack:
+                stack.pop()
+            if stack and window[t + 1] in CLOSERS:
+                choice = closers[int(logits[b, t, closers].argmax())]
+                right += choice == matching[stack[-1]]
+                total += 1
+    return right, total
 
 
 def icl_score(losses: Tensor, early: tuple[int, int] = EARLY, late: tuple[int, int] = LATE) -> float:

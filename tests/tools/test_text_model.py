@@ -136,6 +136,44 @@ def test_a_knocked_out_head_is_the_head_with_its_output_columns_zeroed():
             pass
 
 
+def test_a_mean_ablated_head_outputs_its_mean_over_the_windows_at_every_position():
+    torch.manual_seed(0)
+    model = TinyTransformer(256, 16, embed_dim=32, num_heads=4, num_layers=2).eval()
+    windows = torch.randint(256, (3, 16))
+    seen = []
+    out_proj = model.blocks[1].attn.out_proj
+    with torch.no_grad():
+        hook = out_proj.register_forward_pre_hook(lambda m, a: seen.append(a[0].clone()))
+        before = model(windows)
+        hook.remove()
+        mean = seen[0].reshape(-1, 32).mean(dim=0)  # (E,): every head's mean output
+        with heads.mean_ablated(model, [(1, 2)], windows):
+            hook = out_proj.register_forward_pre_hook(lambda m, a: seen.append(a[0].clone()))  # after the ablation's
+            ablated = model(windows)
+            hook.remove()
+        assert torch.equal(model(windows), before)  # the ablation's hooks are gone
+    fed = seen[-1]  # (W, L, E): what out_proj read inside
+    assert torch.allclose(fed[..., 16:24], mean[16:24].expand(3, 16, 8))  # head 2: its mean everywhere
+    assert torch.equal(fed[..., :16], seen[0][..., :16]) and not torch.allclose(ablated, before)
+
+
+def test_nested_bracket_weights_read_the_inner_the_outer_and_the_brackets_outside():
+    windows = windows_of("a([b])c")  # ( at 1, [ at 2; b at 3 is two deep; ) at 5 closes; c at 6 outside
+    weights = torch.zeros(1, 7, 7)
+    weights[0, 3, 2], weights[0, 3, 1] = 0.5, 0.25  # b: inner [ and outer (
+    weights[0, 6, 5] = 0.125  # c: the most recent bracket byte, the closing )
+    got = heads.nested_bracket_weights(weights, windows)
+    assert got["deep_queries"] == 2 and got["outside_queries"] == 1  # b and ] are two deep
+    assert got["inner"] == pytest.approx(0.25) and got["outer"] == pytest.approx(0.125)
+    assert got["outside"] == pytest.approx(0.125)
+
+
+def test_closer_choices_count_the_predictions_of_a_closer_inside_brackets():
+    model = study.load_text_model(0)
+    right, total = heads.closer_choices(model, windows_of("f(a[b]) c) d"))
+    assert total == 2 and 0 <= right <= total  # before ] and before the first ); the last ) closes nothing
+
+
 def test_helped_tokens_mark_the_copy_the_indentation_and_the_closing_bracket():
     helped = heads.helped_tokens(windows_of("abcdXabcdX\n  (a)"))
     assert helped["induction"][0].nonzero().flatten().tolist() == [8]  # "abcd" -> predicts "X"
