@@ -48,7 +48,7 @@ from attnbook_tools.text_study import load_text_model, text_parts
 __all__ = ["REPEAT_BYTES", "INDUCTION_FACTOR", "ROLES", "EARLY", "LATE", "RESULTS_FILE", "mean_weight_at", "uniform_weight_at",
            "previous_positions", "repeat_positions", "line_positions", "bracket_positions", "role_positions",
            "head_scores", "knocked_out", "mean_ablated", "token_losses", "helped_tokens", "knockout_effects",
-           "icl_score", "nested_bracket_weights", "closer_choices",
+           "icl_score", "nested_bracket_weights", "closing_losses",
            "measure", "load_results", "main"]
 
 REPEAT_BYTES = 4
@@ -321,65 +321,54 @@ def knockout_effects(base: Tensor, knocked: Tensor, helped: Tensor) -> dict[str,
 def nested_bracket_weights(weights: Tensor, windows: Tensor) -> dict[str, float]:
     """One head's weights read against the brackets: over the queries at least two brackets deep,
     its mean weight on the innermost open bracket and on the outermost; over the queries outside
-    every bracket that follow a bracket, its mean weight on the most recent bracket byte (opening
-    or closing), where a head that looks for open brackets has nothing to look at.
+    every bracket that follow a closed one, its mean weight on the opening bracket of the bracket
+    closed last, and what weights spread evenly would put there.
 
     Shapes:
         weights (W, L, L) one head's, windows (W, L) -> {"inner", "outer", "deep_queries",
-        "outside", "outside_queries"}
+        "outside", "outside_even", "outside_queries"}
     """
     check.tensor("nested_bracket_weights", "weights", weights, "W, L, L", floating=True)
-    inner, outer, outside = [], [], []
+    inner, outer, outside, even = [], [], [], []
     for b, window in enumerate(windows.tolist()):
         stack: list[int] = []
-        last = None  # the most recent bracket byte
+        closed = None  # the opening bracket of the bracket closed last
         for t, byte in enumerate(window):
             if len(stack) >= 2:
                 inner.append(weights[b, t, stack[-1]]), outer.append(weights[b, t, stack[0]])
-            elif not stack and last is not None:
-                outside.append(weights[b, t, last])
+            elif not stack and closed is not None:
+                outside.append(weights[b, t, closed]), even.append(1.0 / (t + 1))
             if byte in OPENERS:
                 stack.append(t)
-                last = t
-            elif byte in CLOSERS:
-                last = t
-                if stack:
-                    stack.pop()
+            elif byte in CLOSERS and stack:
+                closed = stack.pop()
 
-    def mean(values: list[Tensor]) -> float:
-        return torch.stack(values).double().mean().item() if values else float("nan")
+    def mean(values: list) -> float:
+        return torch.tensor([float(v) for v in values], dtype=torch.float64).mean().item() if values else float("nan")
 
     return {"inner": mean(inner), "outer": mean(outer), "deep_queries": len(inner),
-            "outside": mean(outside), "outside_queries": len(outside)}
+            "outside": mean(outside), "outside_even": mean(even), "outside_queries": len(outside)}
 
 
 @torch.no_grad()
-def closer_choices(model: TinyTransformer, windows: Tensor, heads: Iterable[tuple[int, int]] = ()) -> tuple[int, int]:
-    """Over the predictions whose next byte closes a bracket while one is open: how many give the
-    closer that matches the innermost open bracket (``)`` for ``(``...) more probability than the
-    other two closers, with ``heads`` knocked out; and how many such predictions there are. This
-    asks only *which* closer, not *whether* one comes next.
+def closing_losses(model: TinyTransformer, windows: Tensor, heads: Iterable[tuple[int, int]] = ()) -> dict[str, float]:
+    """The loss of the predictions of a closing bracket inside brackets (``helped_tokens``' "open
+    bracket"), with ``heads`` knocked out, split in two: *whether* a closer comes,
+    -log of the probability of all three closers together, and *which* closer,
+    -log of the right closer's share of that probability. The two add up to the loss.
 
     Shapes:
-        windows (W, L) -> (right, total)
+        windows (W, L) -> {"whether", "which", "loss", "count"}
     """
-    closers = list(CLOSERS)
-    matching = dict(zip(OPENERS, CLOSERS))
+    helped = helped_tokens(windows)["open bracket"]  # (W, L - 1)
+    closers = torch.tensor(list(CLOSERS))
     with knocked_out(model, heads):
         logits = torch.cat([model(windows[s : s + 64]) for s in range(0, len(windows), 64)])  # (W, L, V)
-    right = total = 0
-    for b, window in enumerate(windows.tolist()):
-        stack: list[int] = []
-        for t, byte in enumerate(window[:-1]):
-            if byte in OPENERS:
-                stack.append(byte)
-            elif byte in CLOSERS and stack:
-                stack.pop()
-            if stack and window[t + 1] in CLOSERS:
-                choice = closers[int(logits[b, t, closers].argmax())]
-                right += choice == matching[stack[-1]]
-                total += 1
-    return right, total
+    log_p = logits[:, :-1].log_softmax(dim=-1)[helped]  # (K, V)
+    right = log_p.gather(-1, windows[:, 1:][helped][:, None])[:, 0]  # (K,)
+    any_closer = log_p[:, closers].logsumexp(dim=-1)  # (K,)
+    return {"whether": -any_closer.mean().item(), "which": (any_closer - right).mean().item(),
+            "loss": -right.mean().item(), "count": int(helped.sum())}
 
 
 def icl_score(losses: Tensor, early: tuple[int, int] = EARLY, late: tuple[int, int] = LATE) -> float:

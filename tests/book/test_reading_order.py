@@ -109,14 +109,6 @@ TAUGHT_IN = {
     "TiledAttention": "chapters/09_attention_at_scale",
     "TILE_SCORES": "chapters/09_attention_at_scale",
     "KVCache": "chapters/09_attention_at_scale",
-    # attnbook.tasks.text: the real-text model's data and scores; its chapter is not written yet
-    "VOCAB_SIZE": None,
-    "encode": None,
-    "decode": None,
-    "split_text": None,
-    "text_batch": None,
-    "validation_windows": None,
-    "next_token_losses": None,
 }
 
 # The block's other parts are not names of the library: PyTorch's layer normalisation and GELU (the

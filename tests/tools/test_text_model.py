@@ -157,21 +157,25 @@ def test_a_mean_ablated_head_outputs_its_mean_over_the_windows_at_every_position
     assert torch.equal(fed[..., :16], seen[0][..., :16]) and not torch.allclose(ablated, before)
 
 
-def test_nested_bracket_weights_read_the_inner_the_outer_and_the_brackets_outside():
-    windows = windows_of("a([b])c")  # ( at 1, [ at 2; b at 3 is two deep; ) at 5 closes; c at 6 outside
+def test_nested_bracket_weights_read_the_inner_the_outer_and_the_bracket_closed_last():
+    windows = windows_of("a([b])c")  # ( at 1, [ at 2; b at 3 is two deep; ) at 5 closes (; c at 6 outside
     weights = torch.zeros(1, 7, 7)
     weights[0, 3, 2], weights[0, 3, 1] = 0.5, 0.25  # b: inner [ and outer (
-    weights[0, 6, 5] = 0.125  # c: the most recent bracket byte, the closing )
+    weights[0, 6, 1] = 0.125  # c: the opening bracket of the bracket closed last
     got = heads.nested_bracket_weights(weights, windows)
     assert got["deep_queries"] == 2 and got["outside_queries"] == 1  # b and ] are two deep
     assert got["inner"] == pytest.approx(0.25) and got["outer"] == pytest.approx(0.125)
-    assert got["outside"] == pytest.approx(0.125)
+    assert got["outside"] == pytest.approx(0.125) and got["outside_even"] == pytest.approx(1 / 7)
 
 
-def test_closer_choices_count_the_predictions_of_a_closer_inside_brackets():
+def test_closing_losses_split_the_loss_of_a_closer_into_whether_and_which():
     model = study.load_text_model(0)
-    right, total = heads.closer_choices(model, windows_of("f(a[b]) c) d"))
-    assert total == 2 and 0 <= right <= total  # before ] and before the first ); the last ) closes nothing
+    windows = windows_of("f(a[b]) c) d")  # closers predicted inside brackets: ] and the first )
+    got = heads.closing_losses(model, windows)
+    assert got["count"] == 2
+    losses = heads.token_losses(model, windows)[heads.helped_tokens(windows)["open bracket"]]
+    assert got["whether"] + got["which"] == pytest.approx(got["loss"], abs=1e-5)
+    assert got["loss"] == pytest.approx(losses.mean().item(), abs=1e-5) and got["which"] > 0 < got["whether"]
 
 
 def test_helped_tokens_mark_the_copy_the_indentation_and_the_closing_bracket():
