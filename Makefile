@@ -100,10 +100,10 @@ $(LIBRARY_VENV)/.installed: requirements.txt pyproject.toml
 test-library: $(LIBRARY_VENV)/.installed
 	$(LIBRARY_PY) -m pytest -q -p no:cacheprovider tests/library
 
-# nbval re-executes every chapter under the profile, two notebooks at a time, and compares each
+# nbval re-executes every chapter under the profile, two notebooks at a time (the longest first), and compares each
 # output with the stored one by meaning (tests/nbval_meaning.py).
 nbval: venv
-	$(NUMERIC_PROFILE) $(NBVAL) -n 2 --dist loadfile $(NOTEBOOKS)
+	$(NUMERIC_PROFILE) $(NBVAL) -n 2 --dist loadfile $(shell $(PY) tests/toc_notebooks.py --longest-first)
 
 build: venv vendor
 	rm -rf _build/html _build/.doctrees _build/jupyter_execute
