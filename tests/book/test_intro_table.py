@@ -9,6 +9,7 @@ are not recomputed here.
 
 from __future__ import annotations
 
+import pathlib
 import re
 
 import pytest
@@ -56,3 +57,21 @@ def test_the_intro_states_each_chapters_reading_time(entry):
     assert rows[name] == expected, (
         f"chapters/intro.md says {name} takes {rows[name]} min to read; its {words_read(nb)} words "
         f"at {WORDS_A_MINUTE} a minute take {expected} min: update the table")
+
+
+def test_nbval_takes_every_chapter_longest_first():
+    """`make nbval` runs the chapters longest first by the intro's running times: the same chapters
+    as the reading order, none left out, and each stated time no longer than the one before."""
+    import subprocess
+    import sys
+
+    script = ROOT / "tests" / "toc_notebooks.py"
+    reading = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True).stdout.split()
+    longest = subprocess.run([sys.executable, str(script), "--longest-first"], capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert sorted(longest) == sorted(reading) and len(longest) == len(reading)
+    from toc_notebooks import running_seconds
+
+    seconds = running_seconds()
+    stated = [seconds[pathlib.Path(p).stem] for p in longest]  # every chapter has a stated time
+    assert stated == sorted(stated, reverse=True), stated
